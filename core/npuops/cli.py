@@ -1,0 +1,275 @@
+"""``npuops``: list, run, report, plugins, calibrate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .errors import NpuopsError
+from .registry import Registry, load_registry
+from .timing import REGIMES
+
+DEFAULT_RESULTS = "npuops-results.jsonl"
+
+
+def _split(values: Sequence[str] | None) -> list[str]:
+    """Repeatable options that also take comma lists: ``--op A --op B`` or ``--op A,B``."""
+    return [part.strip() for v in values or () for part in v.split(",") if part.strip()]
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    disabled = _split(args.disable) if args.disable else None
+    return load_registry(strict=args.strict or None, disabled=disabled)
+
+
+def _warn_plugin_errors(registry: Registry, console: Console) -> None:
+    for error in registry.errors:
+        console.print(f"[yellow]warning:[/yellow] {error} (skipped; `npuops plugins` lists load errors)")
+
+
+def _add_filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--family", action="append", help="family name(s), e.g. norm or norm,pool")
+    p.add_argument("--op", action="append", help="op name(s), e.g. RMSNormFwd")
+    p.add_argument("--workload", action="append", help="workload id(s): W3 (with --op) or RMSNormFwd/W3")
+
+
+def _selection(registry: Registry, args: argparse.Namespace):
+    from .runner import selected_workloads
+
+    return selected_workloads(registry, _split(args.family), _split(args.op), _split(args.workload))
+
+
+# -- list ------------------------------------------------------------------------------------------
+
+def cmd_list(args: argparse.Namespace, console: Console) -> int:
+    registry = _registry(args)
+    if args.workloads:
+        from .workload import load_workload_file
+
+        registry.add_workloads(load_workload_file(args.workloads))
+    workloads = _selection(registry, args)
+    if args.json:
+        records = []
+        for w in workloads:
+            op = registry.op(w.op)
+            records.append({"family": op.family, "op": op.name, "id": w.id, "label": w.label, "dtype": w.dtype,
+                            "implementations": [i.name for i in registry.impls_for(op.name)]})
+        print(json.dumps(records, indent=1))
+        return 0
+    _warn_plugin_errors(registry, console)
+    ops = sorted({w.op for w in workloads}, key=lambda n: (registry.op(n).family, n))
+    families = sorted({registry.op(n).family for n in ops})
+    console.print(f"[bold]{len(families)} families, {len(ops)} ops, {len(workloads)} workloads[/bold]")
+    detailed = bool(args.op or args.workload)
+    if detailed:
+        table = Table("op", "workload", "label", "dtype", "shapes", "params")
+        for w in workloads:
+            shapes = " ".join(f"{k}{list(v)}" for k, v in w.shapes.items())
+            params = ", ".join(f"{k}={v}" for k, v in {**w.chosen, **w.params}.items())
+            table.add_row(w.op, w.id, w.label, w.dtype, shapes, params)
+        console.print(table)
+    table = Table("family", "op", "workloads", "implementations", "semantics")
+    for name in ops:
+        op = registry.op(name)
+        count = sum(1 for w in workloads if w.op == name)
+        impls = ", ".join(f"{i.name}" for i in registry.impls_for(name)) or "[red]none[/red]"
+        table.add_row(op.family, name, str(count), impls, op.summary)
+    console.print(table)
+    return 0
+
+
+# -- run -------------------------------------------------------------------------------------------
+
+def _quick(registry: Registry, workloads):
+    """One workload per op: the one needing the least memory."""
+    by_op = {}
+    for w in workloads:
+        op = registry.op(w.op)
+        if w.op not in by_op or op.memory_bytes(w) < op.memory_bytes(by_op[w.op]):
+            by_op[w.op] = w
+    return list(by_op.values())
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from .runner import Runner, RunOptions
+    from .timing import TimingOptions
+    from .workload import load_workload_file
+
+    registry = _registry(args)
+    _warn_plugin_errors(registry, console)
+    user = []
+    if args.workloads:
+        user = registry.add_workloads(load_workload_file(args.workloads))
+    device = registry.device(args.device)
+    workloads = _selection(registry, args)
+    if args.workloads and not (args.family or args.op or args.workload):
+        workloads = user  # a workload file alone means: run those
+    if args.quick:
+        workloads = _quick(registry, workloads)
+    impls = _split(args.impl) or None
+    if impls:
+        known = {i.name for w in workloads for i in registry.impls_for(w.op)}
+        for name in impls:
+            if name not in known:
+                from .errors import unknown
+
+                raise unknown("implementation", name, known)
+    regimes = tuple(_split(args.regime)) or REGIMES
+    for regime in regimes:
+        if regime not in REGIMES:
+            from .errors import unknown
+
+            raise unknown("regime", regime, REGIMES)
+    options = RunOptions(device=device.name, regimes=regimes, jobs=args.jobs, seed=args.seed,
+                         timing=TimingOptions(budget_s=args.budget), task_timeout_s=args.timeout, rerun=args.rerun)
+    console.print(f"npuops run: {len(workloads)} workloads on {device.name} "
+                  f"({device.describe().get('model')}), regimes {', '.join(regimes)}, {args.jobs} job(s) → {args.out}")
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("eta"), TimeRemainingColumn()]
+    with Progress(*columns, console=console, transient=False, disable=args.no_progress) as progress:
+        runner = Runner(registry, options, args.out, user_workloads=user, progress=progress)
+        try:
+            counts = runner.run(workloads, impls, argv=sys.argv)
+        except KeyboardInterrupt:
+            console.print(f"[yellow]interrupted[/yellow]: finished rows are in {args.out}; rerun the same command to resume")
+            return 130
+    console.print(f"done: {counts['ok']} ok, {counts['wrong']} wrong, {counts['failed']} failed, "
+                  f"{counts['skipped']} skipped, {counts['resumed']} already in {args.out}. "
+                  f"`npuops report {args.out}` renders the tables.")
+    return 1 if counts["wrong"] else 0
+
+
+# -- report ----------------------------------------------------------------------------------------
+
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from . import report
+    from .results import read_results
+
+    path = Path(args.file)
+    if not path.exists():
+        raise NpuopsError(f"results file {str(path)!r} does not exist; create it with `npuops run --out {path}`")
+    results = read_results(path)
+    families, ops = set(_split(args.family)), set(_split(args.op))
+    if families or ops:
+        results.rows = [r for r in results.rows if (not families or r["family"] in families) and (not ops or r["op"] in ops)]
+    if not results.rows:
+        raise NpuopsError(f"results file {str(path)!r} holds no rows{' matching the filters' if families or ops else ''}")
+    if args.format == "terminal":
+        report.render_terminal(results, console)
+        return 0
+    render = {"markdown": report.render_markdown, "csv": report.render_csv, "json": report.render_json,
+              "html": report.render_html}[args.format]
+    text = render(results)
+    if args.output:
+        Path(args.output).write_text(text)
+        console.print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+# -- plugins ---------------------------------------------------------------------------------------
+
+def cmd_plugins(args: argparse.Namespace, console: Console) -> int:
+    registry = _registry(args)
+    if args.json:
+        print(json.dumps([vars(p) for p in registry.plugins.values()], indent=1))
+        return 0
+    table = Table("plugin", "distribution", "version", "ops", "implementations", "devices", "status")
+    for p in registry.plugins.values():
+        status = "disabled" if p.disabled else f"[red]{len(p.errors)} error(s)[/red]" if p.errors else "[green]ok[/green]"
+        table.add_row(p.name + (" (built-in)" if p.builtin else ""), p.distribution or "·", p.version or "·",
+                      str(len(p.ops)), str(len(p.implementations)), ", ".join(p.devices) or "·", status)
+    console.print(table)
+    for error in registry.errors:
+        console.print(f"[red]error:[/red] {error}")
+    return 1 if registry.errors else 0
+
+
+# -- calibrate -------------------------------------------------------------------------------------
+
+def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
+    from .calibrate import _cache_file, calibrate
+
+    registry = _registry(args)
+    device = registry.device(args.device)
+    console.print(f"calibrating {device.name} ({device.describe().get('model')}) ...")
+    limits = calibrate(device)
+    datasheet = device.datasheet()
+    console.print(f"copy bandwidth: {limits.copy_bandwidth / 1e9:.0f} GB/s"
+                  + (f" (datasheet {datasheet.copy_bandwidth / 1e9:.0f})" if datasheet else ""))
+    for dtype, rate in limits.flops.items():
+        sheet = datasheet.flops.get(dtype) if datasheet else None
+        console.print(f"matmul {dtype}: {rate / 1e12:.1f} TFLOP/s" + (f" (datasheet {sheet / 1e12:.0f})" if sheet else ""))
+    console.print(f"saved to {_cache_file(device)}")
+    return 0
+
+
+# -- entry point -----------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="npuops", description="npuops: fast kernels, their baselines, honest benchmarks")
+    parser.add_argument("--strict", action="store_true", help="fail on any plugin load error (also NPUOPS_STRICT=1)")
+    parser.add_argument("--disable", action="append", help="plugin name(s) to skip (also NPUOPS_DISABLE_PLUGINS=a,b)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", help="families, ops, workloads and implementations")
+    _add_filters(p)
+    p.add_argument("--workloads", metavar="FILE", help="also list the workloads of a TOML/JSON file")
+    p.add_argument("--json", action="store_true", help="one JSON array, a record per workload")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("run", help="verify and time implementations on workloads")
+    _add_filters(p)
+    p.add_argument("--impl", action="append", help="implementation name(s), e.g. torch_eager")
+    p.add_argument("--device", help="cuda, cpu or npu (default: the best available)")
+    p.add_argument("--regime", action="append", help=f"timing regime(s): {', '.join(REGIMES)} (default: both)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes compiling in parallel (timing stays one at a time)")
+    p.add_argument("--out", default=DEFAULT_RESULTS, help=f"results file, appended and resumed (default {DEFAULT_RESULTS})")
+    p.add_argument("--workloads", metavar="FILE", help="run workloads from a TOML or JSON file")
+    p.add_argument("--quick", action="store_true", help="one workload per op (the smallest)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--budget", type=float, default=0.5, help="seconds per measurement before settling for an unstable median")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per implementation-workload before it fails")
+    p.add_argument("--rerun", action="store_true", help="measure again rows the results file already has")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("report", help="render a results file")
+    p.add_argument("file", nargs="?", default=DEFAULT_RESULTS, help=f"results file (default {DEFAULT_RESULTS})")
+    p.add_argument("--format", choices=("terminal", "markdown", "csv", "json", "html"), default="terminal")
+    p.add_argument("--output", "-o", help="write to this file instead of stdout")
+    p.add_argument("--family", action="append", help="only these families")
+    p.add_argument("--op", action="append", help="only these ops")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("plugins", help="installed plugins, what each contributes, load errors")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("calibrate", help="measure the device's copy bandwidth and matmul rates (cached for SOL)")
+    p.add_argument("--device", help="cuda, cpu or npu (default: the best available)")
+    p.set_defaults(func=cmd_calibrate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=False)
+    try:
+        return args.func(args, console)
+    except NpuopsError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

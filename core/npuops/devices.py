@@ -1,0 +1,265 @@
+"""Devices the runner can check and time on: ``cuda`` (primary), ``cpu`` (always there) and ``npu``
+(Ascend through torch_npu, whose event/stream/graph API mirrors torch.cuda's).
+
+A third party adds a backend by returning a :class:`Device` from the ``npuops_devices`` hook. This
+module is itself the built-in plugin that registers the three.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from .hookspecs import hookimpl
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What no kernel can beat on a device: DRAM bandwidth and peak FLOP rate per dtype."""
+
+    copy_bandwidth: float  # bytes/s, read + write counted
+    flops: dict[str, float]  # dtype name -> FLOP/s
+    source: str  # "calibrated <date>" or "datasheet"
+
+
+class Device:
+    name: str = ""
+    preference: int = 0  # the highest available is the default device
+    graphs: bool = False  # supports the graph-replay regime
+
+    def is_available(self) -> bool:
+        return True
+
+    def unavailable_reason(self) -> str:
+        return ""
+
+    def torch_device(self) -> torch.device:
+        return torch.device(self.name)
+
+    def synchronize(self) -> None:
+        pass
+
+    def event(self) -> Any:
+        """Something with ``record()`` and ``elapsed_time(end) -> ms``."""
+        return _HostEvent()
+
+    def hold(self, seconds: float) -> bool:
+        """Keep the device busy so work queued next starts only after the host is ahead.
+        Returns False where the device cannot be held."""
+        return False
+
+    def cache_flusher(self) -> Callable[[], None]:
+        """A callable that evicts the last-level cache (on GPUs, L2)."""
+        size = max(2 * _host_llc_bytes(), 32 << 20)
+        buf = torch.empty(size, dtype=torch.uint8)
+        return lambda: buf.fill_(1)
+
+    def total_memory(self) -> int:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+    def free_memory(self) -> int:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+    def clock_mhz(self) -> float | None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"device": self.name, "model": platform.processor() or platform.machine()}
+
+    def capture_graph(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        raise NotImplementedError(f"device {self.name} has no graph capture")
+
+    def check_health(self) -> None:
+        """Raise if the device can no longer run work (a poisoned CUDA context)."""
+
+    def release_memory(self) -> None:
+        pass
+
+    def datasheet(self) -> Limits | None:
+        return None
+
+
+class _HostEvent:
+    """Monotonic-clock stand-in for a device event on synchronous devices."""
+
+    __slots__ = ("t",)
+
+    def record(self) -> None:
+        self.t = time.perf_counter_ns()
+
+    def elapsed_time(self, end: _HostEvent) -> float:
+        return (end.t - self.t) / 1e6
+
+
+def _host_llc_bytes() -> int:
+    for index in (3, 2):
+        path = f"/sys/devices/system/cpu/cpu0/cache/index{index}/size"
+        try:
+            text = open(path).read().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1], 1)
+        return int(text.rstrip("KM")) * scale
+    return 32 << 20
+
+
+class CPUDevice(Device):
+    name = "cpu"
+    preference = 0
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "device": "cpu",
+            "model": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+        }
+
+
+# Datasheet limits, used until `npuops calibrate` has measured the device.
+_GPU_DATASHEETS: dict[str, Limits] = {
+    "H200": Limits(4.8e12, {"bf16": 989e12, "f16": 989e12, "fp8e4m3": 1979e12, "fp8e5m2": 1979e12, "f32": 67e12, "f64": 67e12}, "datasheet"),
+    "H100": Limits(3.35e12, {"bf16": 989e12, "f16": 989e12, "fp8e4m3": 1979e12, "fp8e5m2": 1979e12, "f32": 67e12, "f64": 67e12}, "datasheet"),
+    "A100": Limits(2.0e12, {"bf16": 312e12, "f16": 312e12, "f32": 19.5e12, "f64": 19.5e12}, "datasheet"),
+}
+
+
+class AcceleratorDevice(Device):
+    """A device behind a torch.cuda-shaped module (``torch.cuda``, ``torch.npu``)."""
+
+    graphs = True
+
+    def __init__(self, name: str, preference: int, import_module: str | None = None):
+        self.name = name
+        self.preference = preference
+        self._import_module = import_module
+        self._module: ModuleType | None = None
+        self._why_unavailable = ""
+
+    @property
+    def api(self) -> Any:
+        if self._module is None:
+            if self._import_module:
+                importlib.import_module(self._import_module)  # registers torch.<name>
+            self._module = getattr(torch, self.name)
+        return self._module
+
+    def is_available(self) -> bool:
+        try:
+            ok = bool(self.api.is_available())
+        except Exception as exc:  # torch_npu missing or broken
+            self._why_unavailable = f"{type(exc).__name__}: {exc}"
+            return False
+        if not ok:
+            self._why_unavailable = f"torch.{self.name}.is_available() is False"
+        return ok
+
+    def unavailable_reason(self) -> str:
+        return self._why_unavailable or "not available"
+
+    def synchronize(self) -> None:
+        self.api.synchronize()
+
+    def event(self) -> Any:
+        return self.api.Event(enable_timing=True)
+
+    def hold(self, seconds: float) -> bool:
+        sleep = getattr(self.api, "_sleep", None)
+        if sleep is None:
+            return False
+        # Cycles at 2 GHz: never shorter than asked at the H200's 1.98 GHz boost or any lower clock.
+        sleep(int(seconds * 2.0e9))
+        return True
+
+    def cache_flusher(self) -> Callable[[], None]:
+        props = self.api.get_device_properties(self.api.current_device())
+        l2 = getattr(props, "L2_cache_size", 0) or (64 << 20)
+        buf = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device=self.torch_device())
+        return buf.zero_
+
+    def total_memory(self) -> int:
+        return self.api.mem_get_info()[1]
+
+    def free_memory(self) -> int:
+        free, _ = self.api.mem_get_info()
+        # Memory cached by torch's allocator is free for our purposes.
+        return free + self.api.memory_reserved() - self.api.memory_allocated()
+
+    def clock_mhz(self) -> float | None:
+        try:
+            return float(self.api.clock_rate())
+        except Exception:
+            return None
+
+    def describe(self) -> dict[str, Any]:
+        props = self.api.get_device_properties(self.api.current_device())
+        info: dict[str, Any] = {
+            "device": self.name,
+            "model": props.name,
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            "multiprocessors": getattr(props, "multi_processor_count", None),
+            "l2_bytes": getattr(props, "L2_cache_size", None),
+        }
+        if self.name == "cuda":
+            info["capability"] = f"sm_{props.major}{props.minor}"
+            info["cuda_runtime"] = torch.version.cuda
+            info["driver"] = _nvidia_driver()
+        return info
+
+    def capture_graph(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        # Warm up on a side stream first, as torch.cuda.graphs recommends, so lazy initialisation
+        # (workspaces, handles) happens outside the capture.
+        api = self.api
+        side = api.Stream()
+        side.wait_stream(api.current_stream())
+        with api.stream(side):
+            for _ in range(2):
+                fn()
+        api.current_stream().wait_stream(side)
+        graph_cls = getattr(api, "CUDAGraph", None) or getattr(api, "NPUGraph")
+        graph = graph_cls()
+        with api.graph(graph):
+            fn()
+        return graph.replay
+
+    def check_health(self) -> None:
+        torch.ones(1, device=self.torch_device()).add_(1).item()
+        self.synchronize()
+
+    def release_memory(self) -> None:
+        self.api.empty_cache()
+
+    def datasheet(self) -> Limits | None:
+        model = self.api.get_device_properties(self.api.current_device()).name
+        for key, limits in _GPU_DATASHEETS.items():
+            if key in model:
+                return limits
+        return None
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        import pynvml  # nvidia-ml-py, installed with torch's CUDA builds
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else version
+    except Exception:
+        return None
+
+
+@hookimpl
+def npuops_devices() -> list[Device]:
+    return [
+        AcceleratorDevice("cuda", preference=20),
+        AcceleratorDevice("npu", preference=10, import_module="torch_npu"),
+        CPUDevice(),
+    ]

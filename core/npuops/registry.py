@@ -1,0 +1,237 @@
+"""Plugin discovery and the registry of ops, implementations and devices.
+
+Plugins are found through ``importlib.metadata`` entry points (group ``npuops``) and called
+through pluggy. Each plugin is loaded, and each of its hooks called, on its own: a plugin that fails
+to import or whose hook raises is recorded (which plugin, which hook, the error) and skipped, so
+one broken plugin never takes the CLI down. ``NPUOPS_DISABLE_PLUGINS=a,b`` skips plugins by name;
+``NPUOPS_STRICT=1`` (or ``strict=True``) turns any load error into :class:`PluginLoadError`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .devices import Device
+from .errors import PluginLoadError, unknown
+from .impl import Implementation
+from .op import Op
+from .workload import Workload
+
+ENTRY_POINT_GROUP = "npuops"
+DISABLE_ENV = "NPUOPS_DISABLE_PLUGINS"
+STRICT_ENV = "NPUOPS_STRICT"
+BUILTIN_PLUGINS = ("npuops.devices", "npuops.baselines")
+
+
+@dataclass
+class PluginInfo:
+    name: str
+    module: str
+    distribution: str | None = None
+    version: str | None = None
+    builtin: bool = False
+    disabled: bool = False
+    ops: list[str] = field(default_factory=list)
+    implementations: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LoadError:
+    plugin: str
+    stage: str  # "import" or the hook's name
+    message: str
+
+    def __str__(self) -> str:
+        return f"plugin {self.plugin!r} failed in {self.stage}: {self.message}"
+
+
+def _short_error(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _env_list(name: str) -> set[str]:
+    return {part.strip() for part in os.environ.get(name, "").split(",") if part.strip()}
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+class Registry:
+    def __init__(self) -> None:
+        self.ops: dict[str, Op] = {}
+        self.implementations: dict[str, list[Implementation]] = {}
+        self.devices: dict[str, Device] = {}
+        self.plugins: dict[str, PluginInfo] = {}
+        self.errors: list[LoadError] = []
+
+    # -- lookups with helpful errors ----------------------------------------------------------
+    @property
+    def families(self) -> list[str]:
+        return sorted({op.family for op in self.ops.values()})
+
+    def op(self, name: str) -> Op:
+        if name not in self.ops:
+            raise unknown("op", name, self.ops)
+        return self.ops[name]
+
+    def impls_for(self, op_name: str) -> list[Implementation]:
+        return self.implementations.get(op_name, [])
+
+    def implementation(self, op_name: str, name: str) -> Implementation:
+        for impl in self.impls_for(op_name):
+            if impl.name == name:
+                return impl
+        raise unknown(f"implementation of {op_name}", name, [i.name for i in self.impls_for(op_name)])
+
+    def device(self, name: str | None = None) -> Device:
+        """The named device, or the best available one (the first in preference order)."""
+        if name is None:
+            available = [d for d in self.devices.values() if d.is_available()]
+            if not available:
+                raise PluginLoadError("no device is available (the cpu device should always be)")
+            return max(available, key=lambda d: d.preference)
+        if name not in self.devices:
+            raise unknown("device", name, self.devices)
+        device = self.devices[name]
+        if not device.is_available():
+            raise PluginLoadError(f"device {name!r} is not available here: {device.unavailable_reason()}")
+        return device
+
+    def workloads(self, op_name: str | None = None) -> list[Workload]:
+        ops = [self.op(op_name)] if op_name else self.ops.values()
+        return [w for op in ops for w in op.workloads]
+
+    def add_workloads(self, workloads: Iterable[Workload]) -> list[Workload]:
+        """Attach user workloads to their ops (validated); returns them."""
+        added = []
+        for w in workloads:
+            op = self.op(w.op)
+            op.validate(w)
+            if any(existing.id == w.id for existing in op.workloads):
+                from .errors import WorkloadError
+
+                raise WorkloadError(f"{w.op}: workload id {w.id!r} is already taken; choose another id")
+            op.workloads = op.workloads + (w,)
+            added.append(w)
+        return added
+
+
+def _register_plugins(pm: pluggy.PluginManager, registry: Registry, disabled: set[str]) -> None:
+    for module_name in BUILTIN_PLUGINS:
+        name = module_name.split(".")[-1]
+        module = importlib.import_module(module_name)
+        pm.register(module, name=name)
+        registry.plugins[name] = PluginInfo(name=name, module=module_name, distribution="npuops", builtin=True)
+
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        dist = getattr(ep, "dist", None)
+        info = PluginInfo(
+            name=ep.name,
+            module=ep.value,
+            distribution=dist.name if dist else None,
+            version=dist.version if dist else None,
+        )
+        registry.plugins[ep.name] = info
+        if ep.name in disabled:
+            info.disabled = True
+            continue
+        try:
+            plugin: Any = ep.load()
+            if not isinstance(plugin, ModuleType) and callable(plugin) and not _has_hooks(plugin):
+                plugin = plugin()
+            pm.register(plugin, name=ep.name)
+        except Exception as exc:  # a broken plugin is reported, never fatal
+            message = _short_error(exc)
+            info.errors.append(f"import: {message}")
+            registry.errors.append(LoadError(ep.name, "import", message))
+
+
+def _has_hooks(obj: Any) -> bool:
+    return any(name.startswith("npuops_") for name in dir(obj))
+
+
+def _call_each(pm: pluggy.PluginManager, registry: Registry, hook_name: str, **kwargs: Any) -> Iterable[tuple[str, Any]]:
+    """Call one hook plugin by plugin so one failure does not hide the others' results."""
+    for impl in getattr(pm.hook, hook_name).get_hookimpls():
+        try:
+            result = impl.function(**{k: kwargs[k] for k in impl.argnames})
+            items = list(result or ())
+        except Exception as exc:
+            message = _short_error(exc)
+            registry.plugins[impl.plugin_name].errors.append(f"{hook_name}: {message}")
+            registry.errors.append(LoadError(impl.plugin_name, hook_name, message))
+            continue
+        for item in items:
+            yield impl.plugin_name, item
+
+
+def _reject(registry: Registry, plugin: str, hook: str, message: str) -> None:
+    registry.plugins[plugin].errors.append(f"{hook}: {message}")
+    registry.errors.append(LoadError(plugin, hook, message))
+
+
+def load_registry(strict: bool | None = None, disabled: Iterable[str] | None = None) -> Registry:
+    strict = _env_flag(STRICT_ENV) if strict is None else strict
+    disabled_set = _env_list(DISABLE_ENV) if disabled is None else set(disabled)
+    registry = Registry()
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    _register_plugins(pm, registry, disabled_set)
+
+    for plugin, device in _call_each(pm, registry, "npuops_devices"):
+        if not isinstance(device, Device):
+            _reject(registry, plugin, "npuops_devices", f"returned {type(device).__name__}, not a Device")
+        elif device.name in registry.devices:
+            _reject(registry, plugin, "npuops_devices", f"device {device.name!r} is already registered")
+        else:
+            registry.devices[device.name] = device
+            registry.plugins[plugin].devices.append(device.name)
+
+    for plugin, op in _call_each(pm, registry, "npuops_ops"):
+        if not isinstance(op, Op):
+            _reject(registry, plugin, "npuops_ops", f"returned {type(op).__name__}, not an Op")
+        elif op.name in registry.ops:
+            _reject(registry, plugin, "npuops_ops", f"op {op.name!r} is already defined by another plugin")
+        else:
+            registry.ops[op.name] = op
+            registry.plugins[plugin].ops.append(op.name)
+
+    for plugin, impl in _call_each(pm, registry, "npuops_implementations", ops=registry.ops):
+        if not isinstance(impl, Implementation):
+            _reject(registry, plugin, "npuops_implementations", f"returned {type(impl).__name__}, not an Implementation")
+            continue
+        if impl.op not in registry.ops:
+            _reject(registry, plugin, "npuops_implementations", f"implementation {impl.name!r} is for unknown op {impl.op!r}")
+            continue
+        existing = registry.implementations.setdefault(impl.op, [])
+        if any(e.name == impl.name for e in existing):
+            _reject(registry, plugin, "npuops_implementations", f"{impl.op} already has an implementation named {impl.name!r}")
+            continue
+        impl = _with_plugin(impl, plugin)
+        existing.append(impl)
+        registry.plugins[plugin].implementations.append(f"{impl.op}:{impl.name}")
+
+    if strict and registry.errors:
+        raise PluginLoadError("plugin errors (strict mode):\n" + "\n".join(f"  {e}" for e in registry.errors))
+    return registry
+
+
+def _with_plugin(impl: Implementation, plugin: str) -> Implementation:
+    from dataclasses import replace
+
+    return replace(impl, plugin=plugin)

@@ -1,0 +1,281 @@
+"""Reports from a results file: the seed's table per op, in five formats.
+
+Per op and regime, one line per workload: Ratio (fastest alternative / ours, same regime, same
+run), ours' device time, every alternative with its time, throughput, % of the device limit (SOL)
+and what bounds it. Until an op has an implementation of ours, throughput and SOL are those of the
+fastest alternative (marked †).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .results import Results
+
+FORMATS = ("terminal", "markdown", "csv", "json", "html")
+LEVEL = 0.02  # ratios within 2% of 1.0 are "level", neither green nor red
+
+
+@dataclass
+class Entry:
+    """One workload of one op in one regime."""
+
+    family: str
+    op: str
+    workload: str
+    label: str
+    dtype: str
+    regime: str
+    rows: list[dict[str, Any]]
+    limits: dict[str, Any] | None
+    ours: dict[str, Any] | None = None
+    best_alt: dict[str, Any] | None = None
+    ratio: float | None = None
+    subject: dict[str, Any] | None = None  # the row whose throughput/SOL is shown
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def _ok(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["status"] == "ok"]
+
+
+def _median(row: dict[str, Any]) -> float:
+    return row["timing"]["median_ms"]
+
+
+def row_metrics(row: dict[str, Any], limits: dict[str, Any] | None) -> dict[str, Any]:
+    """Throughput, SOL (% of the time no kernel can beat) and the bounding resource."""
+    t = _median(row) / 1e3
+    out: dict[str, Any] = {"gbps": row["bytes"] / t / 1e9, "tflops": row["flops"] / t / 1e12 if row["flops"] else None,
+                           "sol_pct": None, "bound": None}
+    if not limits:
+        return out
+    memory_s = row["bytes"] / limits["copy_bandwidth"]
+    peak = limits["flops"].get(row["compute_dtype"]) or limits["flops"].get("f32")
+    compute_s = row["flops"] / peak if peak and row["flops"] else 0.0
+    out["bound"] = "memory" if memory_s >= compute_s else "compute"
+    out["sol_pct"] = 100.0 * max(memory_s, compute_s) / t
+    return out
+
+
+def build_entries(results: Results) -> list[Entry]:
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for row in results.rows:
+        groups[(row["family"], row["op"], row["device"], row["regime"], row["workload"])].append(row)
+    entries = []
+    for (family, op, device, regime, workload), rows in groups.items():
+        first = rows[0]
+        env = results.env.get(first.get("run_id", ""), {})
+        entry = Entry(family, op, workload, first["label"], first["dtype"], regime,
+                      sorted(rows, key=lambda r: (r["tier"] != "ours", r["impl"])), env.get("limits"))
+        ours = [r for r in _ok(rows) if r["tier"] == "ours"]
+        alts = [r for r in _ok(rows) if r["tier"] != "ours"]
+        entry.ours = min(ours, key=_median) if ours else None
+        entry.best_alt = min(alts, key=_median) if alts else None
+        if entry.ours and entry.best_alt:
+            entry.ratio = _median(entry.best_alt) / _median(entry.ours)
+        entry.subject = entry.ours or entry.best_alt
+        if entry.subject:
+            entry.metrics = row_metrics(entry.subject, entry.limits)
+        entries.append(entry)
+    return sorted(entries, key=lambda e: (e.family, e.op, e.regime, _workload_order(e.workload)))
+
+
+def _workload_order(wid: str) -> tuple:
+    digits = "".join(ch for ch in wid if ch.isdigit())
+    return (int(digits) if digits else math.inf, wid)
+
+
+def json_records(results: Results) -> list[dict[str, Any]]:
+    """The machine-readable contract: one record per (workload, implementation, regime)."""
+    records = []
+    for e in build_entries(results):
+        for row in e.rows:
+            ok = row["status"] == "ok"
+            metrics = row_metrics(row, e.limits) if ok else {}
+            ratio = None
+            if ok and row["tier"] == "ours" and e.best_alt:
+                ratio = _median(e.best_alt) / _median(row)
+            records.append({
+                "family": e.family, "op": e.op, "workload": e.workload, "impl": row["impl"],
+                "tier": row["tier"], "regime": e.regime, "status": row["status"],
+                "median_ms": _median(row) if ok else None, "ratio": ratio,
+                "sol_pct": metrics.get("sol_pct"), "bound": metrics.get("bound"),
+                "label": e.label, "dtype": e.dtype, "device": row["device"],
+                "min_ms": row["timing"]["min_ms"] if ok else None, "n": row["timing"]["n"] if ok else None,
+                "reason": row.get("reason"),
+            })
+    return records
+
+
+# -- shared cell text ------------------------------------------------------------------------------
+
+def fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "·"
+    return f"{ms:.4f}" if ms < 1 else f"{ms:.3f}" if ms < 100 else f"{ms:.1f}"
+
+
+def fmt_ratio(ratio: float | None) -> str:
+    return "—" if ratio is None else f"{ratio:.2f}×"
+
+
+def ratio_class(ratio: float | None) -> str:
+    if ratio is None:
+        return "none"
+    return "faster" if ratio > 1 + LEVEL else "slower" if ratio < 1 - LEVEL else "level"
+
+
+def alternative_cells(e: Entry) -> list[tuple[str, str]]:
+    """(``name · tier``, time or status) for every implementation except the ours shown."""
+    cells = []
+    for row in e.rows:
+        if e.ours is not None and row is e.ours:
+            continue
+        name = f"{row['impl']} · {row['tier']}"
+        if row["status"] == "ok":
+            cells.append((name, fmt_ms(_median(row))))
+        else:
+            cells.append((name, f"{row['status']}: {row.get('reason', '')}"))
+    return cells
+
+
+def throughput_text(e: Entry) -> str:
+    m = e.metrics
+    if not m:
+        return "·"
+    mark = "" if e.ours else "†"
+    if m.get("bound") == "compute" and m.get("tflops"):
+        return f"{m['tflops']:.1f} TFLOP/s{mark}"
+    return f"{m['gbps']:.0f} GB/s{mark}"
+
+
+def sol_text(e: Entry) -> str:
+    sol = e.metrics.get("sol_pct") if e.metrics else None
+    return "·" if sol is None else f"{sol:.1f}%{'' if e.ours else '†'}"
+
+
+def ours_text(e: Entry) -> str:
+    return fmt_ms(_median(e.ours)) if e.ours else "·"
+
+
+def _grouped(results: Results) -> dict[tuple[str, str, str], list[Entry]]:
+    tables: dict[tuple[str, str, str], list[Entry]] = defaultdict(list)
+    for e in build_entries(results):
+        tables[(e.family, e.op, e.regime)].append(e)
+    return tables
+
+
+def _env_lines(results: Results) -> list[str]:
+    lines = []
+    for env in results.env.values():
+        d, v = env.get("device", {}), env.get("versions", {})
+        lim = env.get("limits")
+        limit_text = (f"limits: {lim['copy_bandwidth'] / 1e12:.2f} TB/s copy, "
+                      f"{lim['flops'].get('bf16', 0) / 1e12:.0f} TFLOP/s bf16 ({lim['source']})") if lim else "limits: unknown (no SOL)"
+        lines.append(f"run {env['run_id']} {env.get('started', '')}: {d.get('model', d.get('device'))} · torch {v.get('torch')} · "
+                     f"tilelang {v.get('tilelang')} · npuops {v.get('npuops')} · git {env.get('git')} · {limit_text}")
+    return lines
+
+
+FOOTNOTE = "† no implementation of ours yet: throughput and SOL of the fastest alternative."
+HEADERS = ("Workload", "Ratio alt/ours", "Device time ms", "Alternatives (name · tier: ms)", "Throughput", "SOL", "Bound")
+
+
+# -- formats ---------------------------------------------------------------------------------------
+
+def render_terminal(results: Results, console: Any) -> None:
+    from rich.table import Table
+
+    for line in _env_lines(results):
+        console.print(f"[dim]{line}[/dim]")
+    colors = {"faster": "green", "slower": "red", "level": "", "none": ""}
+    for (family, op, regime), entries in _grouped(results).items():
+        table = Table(title=f"{family} · {op} · {regime}", title_justify="left", show_lines=False)
+        for h in HEADERS:
+            table.add_column(h, overflow="fold")
+        for e in entries:
+            style = colors[ratio_class(e.ratio)]
+            ratio = f"[{style}]{fmt_ratio(e.ratio)}[/{style}]" if style else fmt_ratio(e.ratio)
+            alts = "\n".join(f"{n}: {t}" for n, t in alternative_cells(e))
+            table.add_row(f"{e.workload} {e.label} {e.dtype}", ratio, ours_text(e), alts, throughput_text(e),
+                          sol_text(e), e.metrics.get("bound") or "·")
+        console.print(table)
+    console.print(f"[dim]{FOOTNOTE}[/dim]")
+
+
+def render_markdown(results: Results) -> str:
+    out = io.StringIO()
+    out.write("# npuops results\n\n")
+    for line in _env_lines(results):
+        out.write(f"- {line}\n")
+    out.write(f"\n{FOOTNOTE}\n")
+    for (family, op, regime), entries in _grouped(results).items():
+        out.write(f"\n## {family} · {op} · {regime}\n\n")
+        out.write("| " + " | ".join(HEADERS) + " |\n|" + "---|" * len(HEADERS) + "\n")
+        for e in entries:
+            alts = "<br>".join(f"{n}: {t}".replace("|", "\\|") for n, t in alternative_cells(e))
+            cells = [f"{e.workload} {e.label} {e.dtype}", fmt_ratio(e.ratio), ours_text(e), alts,
+                     throughput_text(e), sol_text(e), e.metrics.get("bound") or "·"]
+            out.write("| " + " | ".join(cells) + " |\n")
+    return out.getvalue()
+
+
+def render_csv(results: Results) -> str:
+    records = json_records(results)
+    out = io.StringIO()
+    if records:
+        writer = csv.DictWriter(out, fieldnames=list(records[0]))
+        writer.writeheader()
+        writer.writerows(records)
+    return out.getvalue()
+
+
+def render_json(results: Results) -> str:
+    return json.dumps(json_records(results), indent=1)
+
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:0 0 2em}
+th,td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f4f4f4}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.faster{background:#d9f2d9;color:#145214;font-weight:600}
+.slower{background:#f8d7d7;color:#7a1010;font-weight:600}
+.alt{font-size:12px;color:#444}
+.env{color:#666;font-size:12px}
+h2{font-size:16px;margin-top:1.6em}
+"""
+
+
+def render_html(results: Results) -> str:
+    esc = html.escape
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>npuops results</title>",
+             f"<style>{_CSS}</style></head><body><h1>npuops results</h1>"]
+    parts += [f"<p class='env'>{esc(line)}</p>" for line in _env_lines(results)]
+    parts.append(f"<p class='env'>Green: faster than the best alternative; red: slower; plain: within {LEVEL:.0%}. "
+                 f"Times in ms (median device time). {esc(FOOTNOTE)}</p>")
+    for (family, op, regime), entries in _grouped(results).items():
+        parts.append(f"<h2>{esc(family)} · {esc(op)} · {esc(regime)}</h2><table><tr>")
+        parts += [f"<th>{esc(h)}</th>" for h in HEADERS]
+        parts.append("</tr>")
+        for e in entries:
+            alts = "<br>".join(f"{esc(n)}: {esc(t)}" for n, t in alternative_cells(e))
+            parts.append(
+                f"<tr><td>{esc(e.workload)} {esc(e.label)} {esc(e.dtype)}</td>"
+                f"<td class='num {ratio_class(e.ratio)}'>{esc(fmt_ratio(e.ratio))}</td>"
+                f"<td class='num'>{esc(ours_text(e))}</td><td class='alt'>{alts}</td>"
+                f"<td class='num'>{esc(throughput_text(e))}</td><td class='num'>{esc(sol_text(e))}</td>"
+                f"<td>{esc(e.metrics.get('bound') or '·')}</td></tr>")
+        parts.append("</table>")
+    parts.append("</body></html>")
+    return "".join(parts)

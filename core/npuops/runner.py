@@ -1,0 +1,432 @@
+"""The runner: ops × workloads × implementations × regimes → rows in the results file.
+
+Work happens in worker processes, so a CUDA fault (which poisons a process's context) or a hard
+crash fails one row and a fresh worker carries on. With ``jobs > 1`` several workers build
+(compile) at once, while checking and timing take a device lock: one measurement at a time. The
+parent writes each row to the results file as it arrives, skips rows the file already holds, and
+shows progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import multiprocessing as mp
+import os
+import socket
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from importlib.metadata import PackageNotFoundError, version
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from .calibrate import device_limits
+from .check import check
+from .data import InputRNG
+from .devices import Device
+from .impl import Implementation
+from .op import Op
+from .registry import Registry, load_registry
+from .results import ResultsWriter, git_revision, read_results, row_key
+from .timing import REGIMES, TimingOptions, measure
+from .workload import Workload
+
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Task:
+    """One implementation on one workload; produces a row per regime."""
+
+    op: str
+    workload: Workload
+    impl: str
+    regimes: tuple[str, ...]
+
+    @property
+    def title(self) -> str:
+        return f"{self.workload.key} {self.impl}"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    device: str
+    regimes: tuple[str, ...] = REGIMES
+    jobs: int = 1
+    seed: int = 0
+    timing: TimingOptions = field(default_factory=TimingOptions)
+    task_timeout_s: float = 600.0
+    rerun: bool = False  # run rows again even if the results file has them
+
+
+def base_row(op: Op, w: Workload, impl: Implementation, regime: str, device: str) -> dict[str, Any]:
+    cost = op.cost(w)
+    return {
+        "record": "row",
+        "family": op.family,
+        "op": op.name,
+        "workload": w.id,
+        "label": w.label,
+        "dtype": w.dtype,
+        "fingerprint": w.fingerprint,
+        "source": w.source,
+        "impl": impl.name,
+        "tier": impl.tier,
+        "plugin": impl.plugin,
+        "regime": regime,
+        "device": device,
+        "bytes": cost.bytes,
+        "flops": cost.flops,
+        "compute_dtype": cost.compute_dtype or w.dtype,
+    }
+
+
+def plan(
+    registry: Registry,
+    workloads: Sequence[Workload],
+    impl_names: Sequence[str] | None,
+    device: Device,
+    regimes: Sequence[str],
+) -> tuple[list[Task], list[dict[str, Any]]]:
+    """Tasks to run, and rows that are skipped up front (with the reason)."""
+    tasks, skipped = [], []
+    for w in workloads:
+        op = registry.op(w.op)
+        for impl in registry.impls_for(op.name):
+            if impl_names and impl.name not in impl_names:
+                continue
+            reason = impl.why_not(op, w, device)
+            runnable = []
+            for regime in regimes:
+                why = reason
+                if why is None and regime == "graph":
+                    if not device.graphs:
+                        why = f"the graph regime needs device graphs, which {device.name} lacks"
+                    elif not impl.graph_capturable:
+                        why = f"{impl.name} already replays a graph each call; its eager row is that measurement"
+                if why is None:
+                    runnable.append(regime)
+                else:
+                    skipped.append({**base_row(op, w, impl, regime, device.name), "status": "skipped", "reason": why})
+            if runnable:
+                tasks.append(Task(op.name, w, impl.name, tuple(runnable)))
+    return tasks, skipped
+
+
+def environment(registry: Registry, device: Device, run_id: str, argv: Sequence[str]) -> dict[str, Any]:
+    def dist_version(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    limits = device_limits(device)
+    return {
+        "record": "env",
+        "run_id": run_id,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": socket.gethostname(),
+        "argv": list(argv),
+        "device": device.describe(),
+        "limits": asdict(limits) if limits else None,
+        "versions": {
+            "python": ".".join(map(str, os.sys.version_info[:3])),
+            "torch": dist_version("torch"),
+            "tilelang": dist_version("tilelang"),
+            "triton": dist_version("triton"),
+            "npuops": dist_version("npuops"),
+            "plugins": {p.name: p.version for p in registry.plugins.values() if not p.builtin},
+        },
+        "git": git_revision(Path(__file__).parent),
+    }
+
+
+# -- worker side -----------------------------------------------------------------------------------
+
+class DeviceLock:
+    """One measurement at a time across worker processes. An flock, not a multiprocessing.Lock:
+    the kernel releases it when its holder dies, so a crashing kernel cannot deadlock the run."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+        self._fd: int | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "_fd": None}
+
+    def __enter__(self) -> DeviceLock:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
+class _DeviceLost(Exception):
+    """The device context cannot run work any more; the worker must be replaced."""
+
+
+def _describe_error(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}{where}"[:500]
+
+
+def execute(task: Task, registry: Registry, device: Device, options: RunOptions, lock: DeviceLock,
+            emit: Callable[[dict[str, Any]], None]) -> None:
+    """Build, check and time one task, emitting a row per regime. Raises _DeviceLost when the
+    device broke underneath (after emitting the rows)."""
+    op = registry.op(task.op)
+    impl = registry.implementation(task.op, task.impl)
+    w = task.workload
+    rows = {r: base_row(op, w, impl, r, device.name) for r in task.regimes}
+
+    def finish(status: str, **fields: Any) -> None:
+        for regime in list(rows):
+            emit({**rows.pop(regime), "status": status, **fields})
+
+    need, free = op.memory_bytes(w), device.free_memory()
+    if need > device.total_memory():
+        return finish("failed", reason=f"needs {need / _GIB:.1f} GiB of {device.name} memory; the device has {device.total_memory() / _GIB:.1f} GiB")
+    # Host-timed devices share their clock with compilation: nothing may overlap their timing.
+    # A task using much of the memory runs alone so it does not starve its neighbours.
+    exclusive = device.name == "cpu" or need > device.total_memory() / (2 * options.jobs)
+    stage = "build"
+    try:
+        with lock if exclusive else contextlib.nullcontext():
+            free = device.free_memory()
+            if need > free:
+                return finish("failed", reason=f"needs {need / _GIB:.2f} GiB of {device.name} memory, {free / _GIB:.2f} GiB free")
+            t0 = time.perf_counter()
+            fn = impl.build(op, w, device.torch_device())
+            stage = "first call"
+            inputs = op.make_inputs(w, InputRNG(device.torch_device(), options.seed + 1))
+            fn(**inputs)  # lazy compilers (torch.compile) compile here, outside the device lock
+            device.synchronize()
+            build_s = time.perf_counter() - t0
+            with contextlib.nullcontext() if exclusive else lock:
+                stage = "check"
+                result = check(op, w, fn, device, options.seed, nan_fill=impl.nan_fill)
+                checked = {"max_error": result.max_error, "max_abs_error": result.max_abs_error}
+                if not result.ok:
+                    return finish("wrong", reason=result.detail, check=checked, build_s=build_s)
+                for regime in task.regimes:
+                    stage = f"timing ({regime})"
+                    timing = measure(lambda: fn(**inputs), device, regime, options.timing)
+                    emit({**rows.pop(regime), "status": "ok", "timing": timing.to_dict(), "check": checked, "build_s": build_s})
+    except Exception as exc:
+        finish("failed", reason=f"{stage}: {_describe_error(exc)}")
+        try:
+            device.check_health()
+        except Exception as health:
+            raise _DeviceLost(_describe_error(health)) from None
+    finally:
+        fn = inputs = None  # noqa: F841 - drop references before releasing cached memory
+        device.release_memory()
+
+
+def _worker_main(conn: Connection, device_name: str, options: RunOptions, user_workloads: list[dict[str, Any]],
+                 lock: DeviceLock, log_path: str) -> None:
+    # Compiler chatter goes to the worker's log, not over the parent's progress display.
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    registry = load_registry()
+    registry.add_workloads(Workload.from_dict(w, source=w.get("source", "user")) for w in user_workloads)
+    device = registry.device(device_name)
+    while True:
+        message = conn.recv()
+        if message is None:
+            return
+        try:
+            execute(message, registry, device, options, lock, lambda row: conn.send(("row", row)))
+        except _DeviceLost as exc:
+            conn.send(("lost", str(exc)))
+            os._exit(3)
+        conn.send(("done", None))
+
+
+# -- parent side -----------------------------------------------------------------------------------
+
+@dataclass
+class _Worker:
+    index: int
+    process: Any
+    conn: Connection
+    log_path: Path
+    task: Task | None = None
+    started: float = 0.0
+    pending: set[str] = field(default_factory=set)  # regimes of the task not yet reported
+
+
+def _log_tail(path: Path, lines: int = 6) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:])[-600:]
+
+
+class Runner:
+    def __init__(self, registry: Registry, options: RunOptions, results_path: str | Path,
+                 user_workloads: Iterable[Workload] = (), progress: Any = None):
+        self.registry = registry
+        self.options = options
+        self.results_path = Path(results_path)
+        self.user_workloads = [{**w.to_dict(), "source": w.source} for w in user_workloads]
+        self.progress = progress
+        self.log_dir = self.results_path.with_name(self.results_path.name + ".logs")
+        self.counts = {"ok": 0, "wrong": 0, "failed": 0, "skipped": 0, "resumed": 0}
+
+    def run(self, workloads: Sequence[Workload], impl_names: Sequence[str] | None = None, argv: Sequence[str] = ()) -> dict[str, int]:
+        device = self.registry.device(self.options.device)
+        tasks, skipped = plan(self.registry, workloads, impl_names, device, self.options.regimes)
+        done = set() if self.options.rerun else read_results(self.results_path).keys()
+        skipped_new = [r for r in skipped if row_key(r) not in done]
+        todo = []
+        for task in tasks:
+            op = self.registry.op(task.op)
+            impl = self.registry.implementation(task.op, task.impl)
+            left = tuple(r for r in task.regimes if row_key(base_row(op, task.workload, impl, r, device.name)) not in done)
+            self.counts["resumed"] += len(task.regimes) - len(left)
+            if left:
+                todo.append(replace(task, regimes=left))
+        self.counts["resumed"] += len(skipped) - len(skipped_new)
+
+        with ResultsWriter(self.results_path) as writer:
+            if not todo and not skipped_new:
+                return self.counts
+            run_id = uuid.uuid4().hex[:12]
+            writer.append(environment(self.registry, device, run_id, argv))
+
+            def record(row: dict[str, Any]) -> None:
+                row["run_id"] = run_id
+                row["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+                writer.append(row)
+                self.counts[row["status"]] += 1
+
+            for row in skipped_new:
+                record(row)
+            if todo:
+                self._run_tasks(todo, device, record)
+        return self.counts
+
+    def _start_worker(self, ctx: Any, index: int, lock: DeviceLock) -> _Worker:
+        parent, child = ctx.Pipe()
+        log_path = self.log_dir / f"worker-{index}.log"
+        process = ctx.Process(
+            target=_worker_main,
+            args=(child, self.options.device, self.options, self.user_workloads, lock, str(log_path)),
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        return _Worker(index, process, parent, log_path)
+
+    def _run_tasks(self, tasks: list[Task], device: Device, record: Callable[[dict[str, Any]], None]) -> None:
+        ctx = mp.get_context("spawn")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        lock = DeviceLock(self.log_dir / "device.lock")
+        queue = list(reversed(tasks))
+        jobs = max(1, min(self.options.jobs, len(tasks)))
+        workers = [self._start_worker(ctx, i, lock) for i in range(jobs)]
+        progress_task = self.progress.add_task("running", total=len(tasks)) if self.progress else None
+
+        def advance(w: _Worker) -> None:
+            if self.progress:
+                self.progress.update(progress_task, advance=1, description=f"{self._status_line()} {w.task.title}")
+
+        def fail_pending(w: _Worker, reason: str) -> None:
+            op = self.registry.op(w.task.op)
+            impl = self.registry.implementation(w.task.op, w.task.impl)
+            for regime in sorted(w.pending):
+                record({**base_row(op, w.task.workload, impl, regime, device.name), "status": "failed", "reason": reason})
+            w.pending.clear()
+
+        def assign(w: _Worker) -> None:
+            w.task = queue.pop() if queue else None
+            if w.task is None:
+                w.conn.send(None)
+                return
+            w.pending = set(w.task.regimes)
+            w.started = time.monotonic()
+            w.conn.send(w.task)
+
+        def replace_worker(w: _Worker, reason: str) -> _Worker:
+            if w.task is not None:
+                fail_pending(w, reason)
+                advance(w)
+            if w.process.is_alive():
+                w.process.kill()
+            w.process.join()
+            fresh = self._start_worker(ctx, w.index, lock)
+            workers[workers.index(w)] = fresh
+            assign(fresh)
+            return fresh
+
+        try:
+            for w in workers:
+                assign(w)
+            while any(w.task is not None for w in workers):
+                active = [w for w in workers if w.task is not None]
+                ready = wait([w.conn for w in active] + [w.process.sentinel for w in active], timeout=1.0)
+                for w in active:
+                    if w.conn in ready:
+                        try:
+                            while w.conn.poll():
+                                kind, payload = w.conn.recv()
+                                if kind == "row":
+                                    w.pending.discard(payload["regime"])
+                                    record(payload)
+                                elif kind == "lost":
+                                    fail_pending(w, f"device context lost: {payload}")
+                                elif kind == "done":
+                                    advance(w)
+                                    assign(w)
+                                    break
+                        except (EOFError, OSError):
+                            pass  # the sentinel branch below restarts it
+                    if w.task is not None and not w.process.is_alive():
+                        code = w.process.exitcode
+                        replace_worker(w, f"worker died (exit code {code}); log: {_log_tail(w.log_path)}")
+                    elif w.task is not None and time.monotonic() - w.started > self.options.task_timeout_s:
+                        replace_worker(w, f"timed out after {self.options.task_timeout_s:.0f} s")
+        finally:
+            for w in workers:
+                if w.process.is_alive():
+                    w.process.kill()
+                w.process.join()
+
+    def _status_line(self) -> str:
+        c = self.counts
+        return f"ok {c['ok']} wrong {c['wrong']} failed {c['failed']} skipped {c['skipped']} |"
+
+
+def selected_workloads(registry: Registry, family: Sequence[str] = (), op: Sequence[str] = (),
+                       workload: Sequence[str] = ()) -> list[Workload]:
+    """Workloads matching the CLI filters; unknown names raise with the closest matches.
+    ``workload`` entries are ``W3`` (with --op) or ``Op/W3``."""
+    from .errors import unknown
+
+    for f in family:
+        if f not in registry.families:
+            raise unknown("family", f, registry.families)
+    ops = [registry.op(name) for name in op] if op else list(registry.ops.values())
+    ops = [o for o in ops if not family or o.family in family]
+    chosen = []
+    for o in sorted(ops, key=lambda o: (o.family, o.name)):
+        for w in o.workloads:
+            if not workload or w.id in workload or w.key in workload:
+                chosen.append(w)
+    for name in workload:
+        if not any(name in (w.id, w.key) for w in chosen):
+            every = [w.key for o in ops for w in o.workloads] + [w.id for o in ops for w in o.workloads]
+            raise unknown("workload", name, every)
+    return chosen

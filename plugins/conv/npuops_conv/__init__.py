@@ -1,0 +1,1 @@
+"""npuops convolution family (plugin ``conv``)."""

@@ -1,0 +1,46 @@
+"""Forward convolutions: ``output = conv(input, weight) (+ bias)`` in the input dtype."""
+
+from __future__ import annotations
+
+from ._conv_op import BIAS_STD, ConvOp, TensorSpec, kaiming_std
+from ._geometry import forward_geometry
+
+
+class ForwardConvOp(ConvOp):
+    """``F.conv{1,2,3}d(input, weight, bias, stride, padding, dilation, groups)``, NC[D]HW
+    contiguous inputs, weight [C_out, C_in/groups, *kernel], output in the input dtype.
+
+    Inputs: ``input`` ~ N(0, 1), ``weight`` ~ N(0, 1/fan_in) (Kaiming, so outputs are O(1)),
+    ``bias`` ~ N(0, 0.1²) when the workload has one. A weight shape in the workload is used as
+    given; otherwise C_out comes from the params or the bias and the kernel from the params.
+    """
+
+    required_tensors = ("input",)
+    optional_tensors = ("weight", "bias")
+
+    def resolve_geometry(self, where, w, cfg):
+        return forward_geometry(where, w, cfg, self.layout)
+
+    def input_specs(self, w):
+        g = self.geometry(w)
+        dtype = w.dtype_of("input")
+        specs = {
+            "input": TensorSpec(g.input_shape, dtype),
+            "weight": TensorSpec(g.weight_shape, dtype, std=kaiming_std(g.fan_in)),
+        }
+        if g.bias:
+            specs["bias"] = TensorSpec((g.out_channels,), dtype, std=BIAS_STD)
+        return specs
+
+    def output_specs(self, w):
+        return (TensorSpec(self.geometry(w).output_shape, w.dtype_of("input")),)
+
+    def torch_impl(self, w):
+        g = self.geometry(w)
+        conv = self.layout.conv
+        stride, padding, dilation, groups = g.stride, g.padding, g.dilation, g.groups
+
+        def convolution(input, weight, bias=None):
+            return conv(input, weight, bias, stride, padding, dilation, groups)
+
+        return convolution

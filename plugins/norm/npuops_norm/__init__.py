@@ -1,0 +1,1 @@
+"""npuops normalization family (plugin ``norm``)."""

@@ -1,0 +1,28 @@
+"""Shared spec pieces of the instance norms (x: [N, C, *spatial], statistics per (n, c))."""
+
+from npuops import Param
+
+from ._stat_norm import EPS, StatNormOp, check_optional_pair, check_x_rank
+
+
+def as_batch_norm_shape(shape) -> tuple[int, ...]:
+    """Instance norm is batch norm of x viewed as [1, N*C, *spatial]."""
+    n, c, *spatial = shape
+    return (1, n * c, *spatial)
+
+
+class InstanceNormOp(StatNormOp):
+    required_tensors = ("x",)
+    optional_tensors = ("weight", "bias", "running_mean", "running_var")
+    params = {
+        "affine": Param(False, "weight and bias [C] present (in the workload's dtype unless shape_dtypes says)",
+                        types=(bool,)),
+        "running_stats": Param(False, "running_mean and running_var [C] present (f32 in the catalog) and updated",
+                               types=(bool,)),
+        "eps": EPS,
+    }
+
+    def check_workload(self, w, cfg):
+        check_x_rank(self, w, 3, "[N, C, *spatial]")
+        check_optional_pair(self, w, ("weight", "bias"), "affine", cfg["affine"])
+        check_optional_pair(self, w, ("running_mean", "running_var"), "running_stats", cfg["running_stats"])

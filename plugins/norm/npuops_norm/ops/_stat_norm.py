@@ -1,0 +1,132 @@
+"""Shared spec pieces of the norms whose statistics feed a backward: batch, instance and group norm
+(forward and backward) and the row-wise norms' backward ops.
+
+Their inputs mix dtypes (f32 running or saved statistics beside 16-bit activations), so the
+reference upcasts every floating input to one dtype, and the cost and output dtypes are read off the
+torch formulation run on the ``meta`` device, so that they always agree with what it returns.
+"""
+
+import math
+from typing import ClassVar
+
+import torch
+from npuops import Cost, InputRNG, Op, Param, WorkloadError, high_precision, reference_math
+from npuops.workload import dtype_name
+
+from ._rowwise import at_least_f32
+
+# Activations off-centre and wider than unit: the mean and variance a norm removes must matter.
+ACTIVATION_MEAN = 0.5
+ACTIVATION_STD = 1.5
+
+EPS = Param(1e-5, "added to the variance before the square root (PyTorch's default)", types=(float,))
+MOMENTUM = Param(
+    0.1, "running statistic = (1 - momentum) * running statistic + momentum * batch statistic", types=(float,)
+)
+
+
+def activations(rng: InputRNG, shape, dtype: torch.dtype) -> torch.Tensor:
+    return rng.normal(shape, dtype, mean=ACTIVATION_MEAN, std=ACTIVATION_STD)
+
+
+def gradients(rng: InputRNG, shape, dtype: torch.dtype) -> torch.Tensor:
+    return rng.normal(shape, dtype)
+
+
+def affine_weight(rng: InputRNG, shape, dtype: torch.dtype) -> torch.Tensor:
+    return rng.normal(shape, dtype, mean=1.0, std=0.1)
+
+
+def affine_bias(rng: InputRNG, shape, dtype: torch.dtype) -> torch.Tensor:
+    return rng.normal(shape, dtype, mean=0.0, std=0.1)
+
+
+def running_stats(rng: InputRNG, channels: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Running statistics close to those of :func:`activations`, as after some training."""
+    var = ACTIVATION_STD**2
+    return {
+        "running_mean": rng.normal((channels,), dtype, mean=ACTIVATION_MEAN, std=0.1),
+        "running_var": rng.uniform((channels,), dtype, low=0.8 * var, high=1.2 * var),
+    }
+
+
+def mean_invstd(x: torch.Tensor, dim, eps: float, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Biased mean and 1/sqrt(var + eps) of ``x`` over ``dim``: the statistics a forward saves."""
+    var, mean = torch.var_mean(at_least_f32(x), dim=dim, correction=0, keepdim=keepdim)
+    return mean, torch.rsqrt(var + eps)
+
+
+def stats_for_aten(x: torch.Tensor, weight: torch.Tensor | None, *stats: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """ATen's CPU norm backward kernels take saved statistics in the weight's dtype, while CUDA's take
+    them in f32 as its forward saved them; cast only where the kernel demands it."""
+    if x.device.type != "cpu" or weight is None:
+        return stats
+    return tuple(s.to(weight.dtype) for s in stats)
+
+
+def _as_tuple(out) -> tuple[torch.Tensor, ...]:
+    return tuple(out) if isinstance(out, tuple | list) else (out,)
+
+
+class StatNormOp(Op):
+    """Base: reference on uniformly upcast inputs; cost, output dtypes and memory from a meta run."""
+
+    family = "norm"
+    # Useful FLOPs per element of x (each subclass states how it counts them).
+    flops_per_element: ClassVar[int]
+    # Inputs the formulation takes but no implementation needs to read (e.g. a bias whose only
+    # role is to ask for its gradient).
+    unread_inputs: ClassVar[tuple[str, ...]] = ()
+
+    def reference(self, inputs, w):
+        compute = high_precision(inputs["x"]).dtype
+        upcast = {k: v.to(compute) if v.is_floating_point() else v for k, v in inputs.items()}
+        with reference_math():
+            return self.torch_impl(w)(**upcast)
+
+    def _meta_run(self, w) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+        inputs = self.make_inputs(w, InputRNG("meta"))
+        return inputs, _as_tuple(self.torch_impl(w)(**inputs))
+
+    def output_dtypes(self, w):
+        return tuple(dtype_name(t.dtype) for t in self._meta_run(w)[1])
+
+    def cost(self, w):
+        inputs, outputs = self._meta_run(w)
+        read = sum(t.nbytes for name, t in inputs.items() if name not in self.unread_inputs)
+        written = sum(t.nbytes for t in outputs)
+        return Cost(bytes=read + written, flops=self.flops_per_element * math.prod(w.shapes["x"]))
+
+    def memory_bytes(self, w):
+        """Inputs, the reference's clone and upcast copy of them (<= 2x), the outputs and the
+        reference's upcast outputs (<= 2x), and compare_tensors' temporaries: about seven of the
+        largest output in the reference's precision (on an H200 BatchNormFwd's 1 GiB workload
+        peaked at 20 GiB; this gives 21)."""
+        inputs, outputs = self._meta_run(w)
+        read = sum(t.nbytes for t in inputs.values())
+        written = sum(t.nbytes for t in outputs)
+        compare = 7 * max(t.numel() * high_precision(t).dtype.itemsize for t in outputs)
+        return 4 * read + 3 * written + compare + (64 << 20)
+
+
+def channels(w) -> int:
+    return w.shapes["x"][1]
+
+
+def check_x_rank(op: Op, w, least: int, layout: str) -> None:
+    if len(w.shapes["x"]) < least:
+        raise WorkloadError(f"{op.name} {w.id}: shape of 'x' {list(w.shapes['x'])} must be {layout}")
+
+
+def check_optional_pair(op: Op, w, names: tuple[str, str], flag: str, enabled: bool) -> None:
+    """``names`` appear in ``shapes`` exactly when param ``flag`` is true, each shaped [C]."""
+    c = channels(w)
+    for name in names:
+        if enabled and name not in w.shapes:
+            raise WorkloadError(f"{op.name} {w.id}: param {flag!r} is true, so 'shapes' needs {name!r} = [{c}]")
+        if not enabled and name in w.shapes:
+            raise WorkloadError(f"{op.name} {w.id}: 'shapes' has {name!r} but param {flag!r} is false; drop it")
+        if enabled and tuple(w.shapes[name]) != (c,):
+            raise WorkloadError(
+                f"{op.name} {w.id}: shape of {name!r} {list(w.shapes[name])} must be [{c}] (x's channels)"
+            )

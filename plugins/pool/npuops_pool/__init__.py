@@ -1,0 +1,1 @@
+"""npuops pooling family (plugin ``pool``)."""

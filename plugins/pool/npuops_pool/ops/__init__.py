@@ -1,0 +1,1 @@
+"""One module per op (named after it); modules starting with "_" hold shared spec pieces."""

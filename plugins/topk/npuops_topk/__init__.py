@@ -1,0 +1,1 @@
+"""npuops top-k selection family (plugin ``topk``)."""

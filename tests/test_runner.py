@@ -1,0 +1,92 @@
+"""The runner end to end on the CPU: rows, the correctness gate, isolation, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from npuops.registry import load_registry
+from npuops.results import read_results, row_key
+from npuops.runner import Runner, RunOptions
+from npuops.timing import TimingOptions
+
+FAST = TimingOptions(budget_s=0.05, min_reps=3, warmup_s=0.01)
+
+
+def run(tmp_path: Path, impls=None, jobs=1, out="results.jsonl"):
+    registry = load_registry()
+    runner = Runner(registry, RunOptions(device="cpu", jobs=jobs, timing=FAST), tmp_path / out)
+    counts = runner.run(registry.workloads("ToyScaleFwd"), impls)
+    return counts, read_results(tmp_path / out)
+
+
+def test_rows_for_every_impl_and_regime(toy, tmp_path):
+    counts, results = run(tmp_path)
+    impls = {r["impl"] for r in results.rows}
+    assert impls == {"toy_ours", "torch_eager", "torch_compile", "torch_compile_reduce_overhead"}
+    by = {(r["workload"], r["impl"], r["regime"]): r for r in results.rows}
+    ok = by[("W1", "toy_ours", "eager")]
+    assert ok["status"] == "ok" and ok["timing"]["median_ms"] > 0 and ok["timing"]["n"] >= 3
+    assert ok["check"]["max_error"] <= 1.0
+    # CPU has no graphs, and reduce-overhead needs CUDA: skipped, with the reason.
+    assert by[("W1", "toy_ours", "graph")]["status"] == "skipped"
+    assert "graph" in by[("W1", "toy_ours", "graph")]["reason"]
+    assert "CUDA" in by[("W2", "torch_compile_reduce_overhead", "eager")]["reason"]
+    assert counts["ok"] == 2 * 3 and counts["skipped"] == 2 * 4 + 2 * 1
+    env = next(iter(results.env.values()))
+    assert env["device"]["device"] == "cpu" and env["versions"]["torch"]
+
+
+def test_unwritten_output_is_wrong_and_crash_fails_only_its_row(toy, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOY_BAD_IMPLS", "1")
+    counts, results = run(tmp_path, impls=["half_written", "crashes", "toy_ours"], jobs=2)
+    by = {(r["workload"], r["impl"], r["regime"]): r for r in results.rows}
+    wrong = by[("W1", "half_written", "eager")]
+    assert wrong["status"] == "wrong" and "NaN" in wrong["reason"] and "timing" not in wrong
+    crashed = by[("W1", "crashes", "eager")]
+    assert crashed["status"] == "failed" and "exit code 7" in crashed["reason"]
+    # The workers that replaced the crashed ones carried on.
+    assert by[("W2", "toy_ours", "eager")]["status"] == "ok"
+
+
+def test_rerun_resumes_without_duplicates(toy, tmp_path):
+    run(tmp_path)
+    first = (tmp_path / "results.jsonl").read_text().count('"record": "row"')
+    counts, results = run(tmp_path)
+    assert counts["ok"] == 0 and counts["resumed"] == first
+    assert (tmp_path / "results.jsonl").read_text().count('"record": "row"') == first
+
+
+def test_kill_minus_9_loses_no_finished_row(toy, tmp_path):
+    out = tmp_path / "killed.jsonl"
+    cmd = [sys.executable, "-m", "npuops.cli", "run", "--device", "cpu", "--op", "ToyScaleFwd",
+           "--out", str(out), "--budget", "0.3", "--no-progress"]
+    proc = subprocess.Popen(cmd, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if out.exists() and out.read_text().count('"status": "ok"') >= 1:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = read_results(out)
+    finished = {row_key(r) for r in before.rows}
+    assert finished, "the run was killed before any row finished; nothing to check"
+    # A record cut in half by the kill must not corrupt the file for the resumed run.
+    with open(out, "a") as f:
+        f.write('{"record": "row", "op": "ToyScal')
+    subprocess.run(cmd, env=os.environ.copy(), check=True, capture_output=True, timeout=300)
+    after = read_results(out)
+    lines = [json.loads(line) for line in out.read_text().splitlines() if line.startswith('{"') and line.endswith("}")]
+    keys = [row_key(r) for r in lines if r.get("record") == "row"]
+    assert len(keys) == len(set(keys)), "a row was written twice"
+    assert finished <= {row_key(r) for r in after.rows}
+    assert len(after.rows) == 2 * 4 * 2  # 2 workloads x 4 impls x 2 regimes, all present once
