@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from npuops.registry import load_registry
 from npuops.results import read_results, row_key

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from .data import reference_math
 from .devices import Device, Limits
 from .timing import TimingOptions, measure
 
@@ -35,36 +36,39 @@ def cached_limits(device: Device) -> Limits | None:
 
 
 def device_limits(device: Device) -> Limits | None:
-    """Calibrated limits if cached, else the datasheet's, else None (no SOL column)."""
-    return cached_limits(device) or device.datasheet()
+    """Calibrated limits where measured, datasheet values for the rest (fp8 rates, say), None
+    when neither is known (no SOL column)."""
+    measured, sheet = cached_limits(device), device.datasheet()
+    if measured is None or sheet is None:
+        return measured or sheet
+    return Limits(measured.copy_bandwidth, {**sheet.flops, **measured.flops}, f"{measured.source}; datasheet for the rest")
 
 
 _MATMUL_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 
 
+def _copy_bandwidth(device: Device, nbytes: int, options: TimingOptions) -> float:
+    src = torch.randn(nbytes // 4, device=device.torch_device())
+    dst = torch.empty_like(src)
+    t = measure(lambda: dst.copy_(src), device, "eager", options)
+    return 2 * src.nbytes / (t.median_ms / 1e3)
+
+
+def _matmul_rate(device: Device, dtype: torch.dtype, n: int, options: TimingOptions) -> float:
+    a = torch.randn(n, n, device=device.torch_device()).to(dtype)
+    b = torch.randn(n, n, device=device.torch_device()).to(dtype)
+    t = measure(lambda: a @ b, device, "eager", options)
+    return 2 * n**3 / (t.median_ms / 1e3)
+
+
 def calibrate(device: Device, copy_bytes: int = 1 << 30, matmul_n: int = 8192, save: bool = True) -> Limits:
     """Copy bandwidth (bytes read + written per second) from a large device-to-device copy, and
     the matmul rate per dtype from an n×n×n product on random data (no TF32 for f32)."""
-    dev = device.torch_device()
     options = TimingOptions(budget_s=2.0, min_reps=5)
-    src = torch.randn(copy_bytes // 4, device=dev)
-    dst = torch.empty_like(src)
-    t = measure(lambda: dst.copy_(src), device, "eager", options)
-    bandwidth = 2 * src.numel() * 4 / (t.median_ms / 1e3)
-    del src, dst
-    flops: dict[str, float] = {}
+    bandwidth = _copy_bandwidth(device, copy_bytes, options)
     n = matmul_n if device.name != "cpu" else 1024
-    saved_tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        for name, dtype in _MATMUL_DTYPES.items():
-            a = torch.randn(n, n, device=dev).to(dtype)
-            b = torch.randn(n, n, device=dev).to(dtype)
-            t = measure(lambda: a @ b, device, "eager", options)
-            flops[name] = 2 * n**3 / (t.median_ms / 1e3)
-            del a, b
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved_tf32
+    with reference_math():  # f32 means f32, not TF32
+        flops = {name: _matmul_rate(device, dtype, n, options) for name, dtype in _MATMUL_DTYPES.items()}
     device.release_memory()
     limits = Limits(bandwidth, flops, f"calibrated {time.strftime('%Y-%m-%d')}")
     if save:

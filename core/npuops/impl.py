@@ -34,8 +34,8 @@ class Implementation:
     build: BuildFn
     devices: tuple[str, ...] = ("cuda", "cpu", "npu")
     supports: SupportsFn | None = None
-    # False for callables that already replay a device graph (torch.compile reduce-overhead):
-    # capturing them in another graph is not a separate measurement.
+    # False for callables that already replay a device graph (torch.compile reduce-overhead): the
+    # graph regime times them as they are instead of capturing them again.
     graph_capturable: bool = True
     # False where the check cannot NaN-fill outputs without changing what is timed (torch.compile
     # guards on the deterministic-mode flag that NaN-filling needs, and would recompile).

@@ -136,7 +136,8 @@ def _register_plugins(pm: pluggy.PluginManager, registry: Registry, disabled: se
         name = module_name.split(".")[-1]
         module = importlib.import_module(module_name)
         pm.register(module, name=name)
-        registry.plugins[name] = PluginInfo(name=name, module=module_name, distribution="npuops", builtin=True)
+        registry.plugins[name] = PluginInfo(name=name, module=module_name, distribution="npuops",
+                                            version=_npuops_version(), builtin=True)
 
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         dist = getattr(ep, "dist", None)
@@ -159,6 +160,12 @@ def _register_plugins(pm: pluggy.PluginManager, registry: Registry, disabled: se
             message = _short_error(exc)
             info.errors.append(f"import: {message}")
             registry.errors.append(LoadError(ep.name, "import", message))
+
+
+def _npuops_version() -> str:
+    from . import __version__
+
+    return __version__
 
 
 def _has_hooks(obj: Any) -> bool:

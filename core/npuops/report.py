@@ -140,7 +140,7 @@ def alternative_cells(e: Entry) -> list[tuple[str, str]]:
     for row in e.rows:
         if e.ours is not None and row is e.ours:
             continue
-        name = f"{row['impl']} · {row['tier']}"
+        name = row["impl"] if row["impl"] == row["tier"] else f"{row['impl']} · {row['tier']}"
         if row["status"] == "ok":
             cells.append((name, fmt_ms(_median(row))))
         else:

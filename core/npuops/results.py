@@ -89,6 +89,10 @@ class ResultsWriter:
 
 
 def git_revision(cwd: str | Path | None = None) -> str | None:
+    """The checkout's revision; NPUOPS_GIT_REVISION names it where the tree was copied without
+    its .git (a remote GPU machine)."""
+    if os.environ.get("NPUOPS_GIT_REVISION"):
+        return os.environ["NPUOPS_GIT_REVISION"]
     try:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
         if rev.returncode != 0:

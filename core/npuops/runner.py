@@ -103,11 +103,8 @@ def plan(
             runnable = []
             for regime in regimes:
                 why = reason
-                if why is None and regime == "graph":
-                    if not device.graphs:
-                        why = f"the graph regime needs device graphs, which {device.name} lacks"
-                    elif not impl.graph_capturable:
-                        why = f"{impl.name} already replays a graph each call; its eager row is that measurement"
+                if why is None and regime == "graph" and not device.graphs:
+                    why = f"the graph regime needs device graphs, which {device.name} lacks"
                 if why is None:
                     runnable.append(regime)
                 else:
@@ -219,7 +216,7 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
                     return finish("wrong", reason=result.detail, check=checked, build_s=build_s)
                 for regime in task.regimes:
                     stage = f"timing ({regime})"
-                    timing = measure(lambda: fn(**inputs), device, regime, options.timing)
+                    timing = measure(lambda: fn(**inputs), device, regime, options.timing, capture=impl.graph_capturable)
                     emit({**rows.pop(regime), "status": "ok", "timing": timing.to_dict(), "check": checked, "build_s": build_s})
     except Exception as exc:
         finish("failed", reason=f"{stage}: {_describe_error(exc)}")
@@ -334,6 +331,10 @@ class Runner:
         ctx = mp.get_context("spawn")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         lock = DeviceLock(self.log_dir / "device.lock")
+        if self.options.jobs > 1:
+            # The workers are the parallelism: inductor's own pool of compile processes per worker
+            # would oversubscribe the host jobs-fold.
+            os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         queue = list(reversed(tasks))
         jobs = max(1, min(self.options.jobs, len(tasks)))
         workers = [self._start_worker(ctx, i, lock) for i in range(jobs)]

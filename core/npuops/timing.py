@@ -89,11 +89,15 @@ def measure(
     device: Device,
     regime: str,
     options: TimingOptions = TimingOptions(),
+    capture: bool = True,
 ) -> Timing:
+    """``capture=False`` times a callable that replays its own graph (torch.compile's
+    reduce-overhead mode) as it is in the graph regime: capturing it again would not be possible
+    or meaningful."""
     if regime not in REGIMES:
         raise ValueError(f"regime {regime!r} is not one of {', '.join(REGIMES)}")
     host_s = warm_up(call, device, options.warmup_s)
-    if regime == "graph":
+    if regime == "graph" and capture:
         call = device.capture_graph(call)
         host_s = warm_up(call, device, options.warmup_s)
     flush = device.cache_flusher()

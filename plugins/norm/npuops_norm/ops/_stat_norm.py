@@ -1,8 +1,8 @@
 """Shared spec pieces of the norms whose statistics feed a backward: batch, instance and group norm
 (forward and backward) and the row-wise norms' backward ops.
 
-Their inputs mix dtypes (f32 running or saved statistics beside 16-bit activations), so the
-reference upcasts every floating input to one dtype, and the cost and output dtypes are read off the
+Their inputs mix dtypes (f32 running or saved statistics beside 16-bit activations); the core's
+reference upcasts every floating input to one dtype, and bytes and output dtypes are read off the
 torch formulation run on the ``meta`` device, so that they always agree with what it returns.
 """
 
@@ -10,8 +10,7 @@ import math
 from typing import ClassVar
 
 import torch
-from npuops import Cost, InputRNG, Op, Param, WorkloadError, high_precision, reference_math
-from npuops.workload import dtype_name
+from npuops import Cost, InputRNG, Op, Param, WorkloadError
 
 from ._rowwise import at_least_f32
 
@@ -69,7 +68,7 @@ def _as_tuple(out) -> tuple[torch.Tensor, ...]:
 
 
 class StatNormOp(Op):
-    """Base: reference on uniformly upcast inputs; cost, output dtypes and memory from a meta run."""
+    """Base: reference, output dtypes and memory from the core; bytes from its meta run."""
 
     family = "norm"
     # Useful FLOPs per element of x (each subclass states how it counts them).
@@ -78,35 +77,8 @@ class StatNormOp(Op):
     # role is to ask for its gradient).
     unread_inputs: ClassVar[tuple[str, ...]] = ()
 
-    def reference(self, inputs, w):
-        compute = high_precision(inputs["x"]).dtype
-        upcast = {k: v.to(compute) if v.is_floating_point() else v for k, v in inputs.items()}
-        with reference_math():
-            return self.torch_impl(w)(**upcast)
-
-    def _meta_run(self, w) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
-        inputs = self.make_inputs(w, InputRNG("meta"))
-        return inputs, _as_tuple(self.torch_impl(w)(**inputs))
-
-    def output_dtypes(self, w):
-        return tuple(dtype_name(t.dtype) for t in self._meta_run(w)[1])
-
     def cost(self, w):
-        inputs, outputs = self._meta_run(w)
-        read = sum(t.nbytes for name, t in inputs.items() if name not in self.unread_inputs)
-        written = sum(t.nbytes for t in outputs)
-        return Cost(bytes=read + written, flops=self.flops_per_element * math.prod(w.shapes["x"]))
-
-    def memory_bytes(self, w):
-        """Inputs, the reference's clone and upcast copy of them (<= 2x), the outputs and the
-        reference's upcast outputs (<= 2x), and compare_tensors' temporaries: about seven of the
-        largest output in the reference's precision (on an H200 BatchNormFwd's 1 GiB workload
-        peaked at 20 GiB; this gives 21)."""
-        inputs, outputs = self._meta_run(w)
-        read = sum(t.nbytes for t in inputs.values())
-        written = sum(t.nbytes for t in outputs)
-        compare = 7 * max(t.numel() * high_precision(t).dtype.itemsize for t in outputs)
-        return 4 * read + 3 * written + compare + (64 << 20)
+        return Cost(bytes=self.io_bytes(w, self.unread_inputs), flops=self.flops_per_element * math.prod(w.shapes["x"]))
 
 
 def channels(w) -> int:

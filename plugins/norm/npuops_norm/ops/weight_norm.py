@@ -1,6 +1,5 @@
 """WeightNormFwd."""
 
-import math
 
 import torch
 from npuops import WorkloadError

@@ -1,0 +1,84 @@
+"""Reports: the ratio, SOL and bound arithmetic, and every format."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from npuops.cli import main
+from npuops.results import ResultsWriter
+
+LIMITS = {"copy_bandwidth": 4e12, "flops": {"bf16": 800e12, "f32": 50e12}, "source": "test"}
+
+
+def row(impl, tier, regime, median_ms, status="ok", workload="W1", **extra):
+    r = {"record": "row", "run_id": "r1", "family": "norm", "op": "RMSNormFwd", "workload": workload,
+         "label": "decode", "dtype": "bf16", "fingerprint": "f", "source": "catalog", "impl": impl, "tier": tier,
+         "plugin": "p", "regime": regime, "device": "cuda", "bytes": 4_000_000, "flops": 1_000_000,
+         "compute_dtype": "bf16", "status": status, **extra}
+    if status == "ok":
+        r["timing"] = {"median_ms": median_ms, "min_ms": median_ms * 0.9, "q1_ms": median_ms, "q3_ms": median_ms,
+                       "n": 50, "stable": True, "hold_us": 50.0, "clock_mhz": 1980.0}
+        r["check"] = {"max_error": 0.1, "max_abs_error": 0.01}
+    return r
+
+
+@pytest.fixture
+def results_file(tmp_path):
+    path = tmp_path / "r.jsonl"
+    with ResultsWriter(path) as w:
+        w.append({"record": "env", "run_id": "r1", "device": {"device": "cuda", "model": "H200"}, "limits": LIMITS,
+                  "versions": {"torch": "2.11"}, "git": "abc"})
+        for r in [row("ours_kernel", "ours", "eager", 0.002), row("torch_eager", "torch_eager", "eager", 0.004),
+                  row("torch_compile", "torch_compile", "eager", 0.003),
+                  row("broken", "vendor", "eager", None, status="wrong", reason="output 0: 3 NaN"),
+                  row("ours_kernel", "ours", "graph", 0.004), row("torch_eager", "torch_eager", "graph", 0.002),
+                  row("torch_eager", "torch_eager", "eager", 0.010, workload="W2")]:
+            w.append(r)
+    return path
+
+
+def report(capsys, path, fmt):
+    assert main(["report", str(path), "--format", fmt]) == 0
+    return capsys.readouterr().out
+
+
+def test_json_contract_and_arithmetic(capsys, results_file):
+    records = json.loads(report(capsys, results_file, "json"))
+    keys = {"family", "op", "workload", "impl", "tier", "regime", "status", "median_ms", "ratio", "sol_pct", "bound"}
+    assert all(keys <= set(r) for r in records) and len(records) == 7
+    by = {(r["workload"], r["impl"], r["regime"]): r for r in records}
+    ours = by[("W1", "ours_kernel", "eager")]
+    assert ours["ratio"] == pytest.approx(0.003 / 0.002)  # the fastest alternative over ours
+    # 4 MB at 4 TB/s = 1 us; 1 MFLOP at 800 TFLOP/s is far less: memory bound, 1 us / 2 us = 50%.
+    assert ours["sol_pct"] == pytest.approx(50.0) and ours["bound"] == "memory"
+    assert by[("W1", "ours_kernel", "graph")]["ratio"] == pytest.approx(0.5)
+    assert by[("W1", "torch_eager", "eager")]["ratio"] is None
+    assert by[("W1", "broken", "eager")]["status"] == "wrong" and by[("W1", "broken", "eager")]["median_ms"] is None
+    assert by[("W2", "torch_eager", "eager")]["sol_pct"] == pytest.approx(10.0)
+
+
+def test_html_marks_faster_and_slower(capsys, results_file):
+    page = report(capsys, results_file, "html")
+    assert page.startswith("<!doctype html>") and "<script" not in page and "http" not in page
+    assert "class='num faster'>1.50×" in page and "class='num slower'>0.50×" in page
+    assert "wrong: output 0: 3 NaN" in page
+
+
+def test_markdown_csv_and_terminal(capsys, results_file):
+    md = report(capsys, results_file, "markdown")
+    assert "## norm · RMSNormFwd · eager" in md and "| W1 decode bf16 | 1.50× | 0.0020 |" in md
+    assert "† no implementation of ours yet" in md  # W2 has baselines only
+    rows = list(csv.DictReader(io.StringIO(report(capsys, results_file, "csv"))))
+    assert len(rows) == 7 and rows[0]["op"] == "RMSNormFwd"
+    term = report(capsys, results_file, "terminal")
+    assert "RMSNormFwd" in term and "1.50×" in term
+
+
+def test_report_to_file(capsys, results_file, tmp_path):
+    out = tmp_path / "r.html"
+    assert main(["report", str(results_file), "--format", "html", "-o", str(out)]) == 0
+    assert out.read_text().endswith("</html>")
