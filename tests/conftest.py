@@ -120,13 +120,3 @@ def toy(plugins: PluginInstaller) -> PluginInstaller:
     plugins.monkeypatch.setenv("NPUOPS_DISABLE_PLUGINS", "norm,conv,pool,topk,example")
     return plugins
 
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)

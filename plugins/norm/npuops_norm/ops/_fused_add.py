@@ -1,5 +1,6 @@
 """Residual add fused with a row-wise norm, as vLLM's ``fused_add_rms_norm``."""
 
+import dataclasses
 import math
 
 from ._rowwise import RowwiseNormOp
@@ -16,6 +17,9 @@ class FusedAddNormOp(RowwiseNormOp):
 
     def flops(self, w):
         return super().flops(w) + math.prod(w.shapes["x"])  # the add
+
+    def row_norm(self, w):
+        return dataclasses.replace(super().row_norm(w), residual=True)
 
     def torch_impl(self, w):
         eps, normalize = self.config(w)["eps"], self.normalize

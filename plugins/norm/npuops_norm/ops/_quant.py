@@ -1,6 +1,7 @@
 """A row-wise norm followed by per-token dynamic symmetric int8 quantization, as vLLM's
 ``rms_norm_dynamic_per_token_quant``."""
 
+import dataclasses
 import math
 
 import torch
@@ -32,6 +33,9 @@ class NormQuantOp(RowwiseNormOp):
 
     def flops(self, w):
         return super().flops(w) + 3 * math.prod(w.shapes["x"])  # |y| max, divide, round
+
+    def row_norm(self, w):
+        return dataclasses.replace(super().row_norm(w), quant_min_scale=self.config(w)["min_scale"])
 
     def torch_impl(self, w):
         cfg = self.config(w)

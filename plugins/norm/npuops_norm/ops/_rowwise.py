@@ -7,6 +7,7 @@ from typing import ClassVar
 import torch
 from npuops import Param, WorkloadError
 
+from ..rowwise_kernel import RowNorm
 from ._single_pass import SinglePassNormOp
 
 NORMALIZED_SHAPE = Param(None, "the normalized trailing shape; must be [x's last dim]", types=(tuple,))
@@ -27,6 +28,8 @@ class RowwiseNormOp(SinglePassNormOp):
     required_tensors = ("x",)
     params = {"eps": eps_param(1e-6), "normalized_shape": NORMALIZED_SHAPE}
     has_bias: ClassVar[bool] = False
+    stat: ClassVar[str | None] = None  # the kind mixin's statistic in the row kernel
+    weight_form: ClassVar[str] = "w"  # how the row kernel applies the weight
     weight_mean: ClassVar[float] = 1.0  # trained norm weights sit around 1
 
     def check_workload(self, w, cfg):
@@ -51,12 +54,20 @@ class RowwiseNormOp(SinglePassNormOp):
         return inputs
 
 
+    def row_norm(self, w):
+        if self.stat is None:
+            return None
+        return RowNorm(self.stat, self.config(w)["eps"], weight=self.weight_form, bias=self.has_bias)
+
+
 class RMSKind:
     """Mixin: y = x / sqrt(mean(x², last dim) + eps) * weight (``F.rms_norm``)."""
 
     params = {"eps": eps_param(1e-6), "normalized_shape": NORMALIZED_SHAPE}
     has_bias = False
     flops_per_element = 4  # square-accumulate, scale, weight
+
+    stat = "rms"
 
     @staticmethod
     def normalize(x, weight, bias, eps):
@@ -70,6 +81,8 @@ class LayerKind:
     params = {"eps": eps_param(1e-5), "normalized_shape": NORMALIZED_SHAPE}
     has_bias = True
     flops_per_element = 8  # mean, centered square-accumulate, center, scale, weight, bias
+
+    stat = "meanvar"
 
     @staticmethod
     def normalize(x, weight, bias, eps):

@@ -5,6 +5,8 @@ import math
 
 from npuops import Cost, Op
 
+from ..rowwise_kernel import RowNorm
+
 
 class SinglePassNormOp(Op):
     """Bytes come from the core's meta run of the inputs and the torch formulation, so byte counts
@@ -18,3 +20,14 @@ class SinglePassNormOp(Op):
 
     def cost(self, w):
         return Cost(bytes=self.io_bytes(w), flops=self.flops(w))
+
+    def row_norm(self, w) -> RowNorm | None:
+        """What our TileLang row kernel does for ``w``; None where this op has no kernel."""
+        return None
+
+    def kernel_unsupported(self, w) -> str | None:
+        """Why the row kernel cannot run ``w`` (None: it can)."""
+        return None if self.row_norm(w) is not None else f"{self.name} has no TileLang kernel yet"
+
+    def kernel_samples(self, w) -> int:
+        return 1

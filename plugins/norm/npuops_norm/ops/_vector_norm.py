@@ -5,6 +5,7 @@ from typing import ClassVar
 import torch
 from npuops import Param, WorkloadError
 
+from ..rowwise_kernel import RowNorm
 from ._single_pass import SinglePassNormOp
 
 
@@ -29,6 +30,21 @@ class VectorNormalizeOp(SinglePassNormOp):
                 f"{self.name} {w.id}: param 'dim' = {cfg['dim']!r} must be one dim or distinct dims "
                 f"in [-{rank}, {rank}) (x has shape {list(w.shapes['x'])})"
             )
+
+    def _norm_dims(self, w) -> tuple[int, ...]:
+        rank, dims = len(w.shapes["x"]), self.config(w)["dim"]
+        return tuple(sorted(d % rank for d in ((dims,) if isinstance(dims, int) else dims)))
+
+    def row_norm(self, w):
+        if self._norm_dims(w) != (len(w.shapes["x"]) - 1,):
+            return None
+        return RowNorm(f"l{self.p}", self.config(w)["eps"])
+
+    def kernel_unsupported(self, w):
+        if self.row_norm(w) is None:
+            return (f"the row kernel normalizes over the last dim only; dim {list(self._norm_dims(w))} "
+                    "spans other dims too (a strided reduction kernel is still to be written)")
+        return None
 
     def torch_impl(self, w):
         cfg = self.config(w)

@@ -5,6 +5,7 @@ import math
 import torch
 from npuops import Param, WorkloadError
 
+from ..rowwise_kernel import RowNorm
 from ._rowwise import NORMALIZED_SHAPE, RowwiseNormOp, eps_param
 
 
@@ -43,6 +44,12 @@ class AdaLayerNormFwd(RowwiseNormOp):
             "shift": rng.normal(conditioning, dtype, std=0.2),
             "scale": rng.normal(conditioning, dtype, std=0.2),
         }
+
+    def row_norm(self, w):
+        return RowNorm("meanvar", self.config(w)["eps"], modulated=True)
+
+    def kernel_samples(self, w):
+        return self.config(w)["batch"]
 
     def torch_impl(self, w):
         eps = self.config(w)["eps"]

@@ -14,6 +14,7 @@ class GemmaRMSNormFwd(RMSKind, PlainNormOp):
     name = "GemmaRMSNormFwd"
     summary = "Gemma RMS norm: x / rms(x) * (1 + weight) in fp32"
     weight_mean = 0.0
+    weight_form = "1+w"
     flops_per_element = 5  # RMS norm plus the 1 + weight
 
     @staticmethod

@@ -2,6 +2,7 @@
 
 from npuops import Param, WorkloadError
 
+from ..rowwise_kernel import RowNorm
 from ._rowwise import NORMALIZED_SHAPE, RowwiseNormOp, at_least_f32, eps_param
 
 
@@ -27,6 +28,10 @@ class GroupRMSNormFwd(RowwiseNormOp):
         groups, hidden = cfg["groups"], w.shapes["x"][-1]
         if groups < 1 or hidden % groups:
             raise WorkloadError(f"{self.name} {w.id}: param 'groups' = {groups} must be >= 1 and divide x's last dim {hidden}")
+
+    def row_norm(self, w):
+        cfg = self.config(w)
+        return RowNorm("rms", cfg["eps"], groups=cfg["groups"], weight="w")
 
     def torch_impl(self, w):
         cfg = self.config(w)

@@ -1,5 +1,7 @@
 """QKNormFwd."""
 
+import dataclasses
+
 from ._rowwise import RMSKind, RowwiseNormOp
 
 
@@ -17,6 +19,9 @@ class QKNormFwd(RMSKind, RowwiseNormOp):
         q = super().make_inputs(w, rng)
         k = super().make_inputs(w, rng)
         return {"q": q["x"], "k": k["x"], "q_weight": q["weight"], "k_weight": k["weight"]}
+
+    def row_norm(self, w):
+        return dataclasses.replace(super().row_norm(w), pair=True)
 
     def torch_impl(self, w):
         eps, normalize = self.config(w)["eps"], self.normalize

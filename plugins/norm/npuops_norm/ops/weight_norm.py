@@ -4,6 +4,7 @@
 import torch
 from npuops import WorkloadError
 
+from ..rowwise_kernel import RowNorm
 from ._rowwise import NORMALIZED_SHAPE, RowwiseNormOp
 
 
@@ -26,6 +27,9 @@ class WeightNormFwd(RowwiseNormOp):
     def make_inputs(self, w, rng):
         v_shape, dtype = w.shapes["x"], w.dtype_of("x")
         return {"v": rng.normal(v_shape, dtype), "g": rng.normal((v_shape[0], 1), dtype, mean=1.0, std=0.1)}
+
+    def row_norm(self, w):
+        return RowNorm("l2_gain", input_name="v")
 
     def torch_impl(self, w):
         def weight_norm(v, g):

@@ -1,0 +1,128 @@
+"""TileLang support shared by the family plugins: whether kernels can run, the compile target, and
+the implementation wrapper that turns an op's kernel description into a checked, timed callable.
+
+TileLang is imported lazily: the core and the plugins load (and list, and run baselines) without it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .impl import Implementation
+
+if TYPE_CHECKING:
+    from .devices import Device
+    from .op import Op
+    from .workload import Workload
+
+MIN_CAPABILITY = (8, 0)
+TILELANG_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32",
+                   torch.int8: "int8", torch.int32: "int32", torch.float8_e4m3fn: "float8_e4m3"}
+
+
+def tilelang_dtype(dtype: torch.dtype) -> str:
+    return TILELANG_DTYPES[dtype]
+
+
+def cuda_target(arch: str | None = None) -> dict[str, str]:
+    """TileLang's target as a JSON dict (the string form is rejected); the current GPU's arch unless
+    given, so CPU-only machines can cross-compile for ``sm_90``."""
+    if arch is None:
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"sm_{major}{minor}"
+    return {"kind": "cuda", "arch": arch}
+
+
+def compile_kernel(prim_func: Any, arch: str | None = None, pass_configs: Mapping[str, Any] | None = None) -> Any:
+    """Compile a TileLang prim_func (TileLang caches the result on disk)."""
+    import tilelang
+    import tvm
+
+    target = cuda_target(arch)
+    with tvm.target.Target(target):  # lowering needs the target as context without a GPU
+        return tilelang.compile(prim_func, target=target, pass_configs=dict(pass_configs or {}))
+
+
+def why_tilelang_cannot_run(device: Device) -> str | None:
+    if device.name != "cuda":
+        return f"TileLang kernels need an NVIDIA GPU (sm_80+), not {device.name}"
+    capability = torch.cuda.get_device_capability()
+    if capability < MIN_CAPABILITY:
+        return f"TileLang kernels need sm_80 or newer; this GPU is sm_{capability[0]}{capability[1]}"
+    try:
+        import tilelang  # noqa: F401
+    except Exception as exc:
+        return f"tilelang is not importable ({type(exc).__name__}: {exc}); pip install tilelang"
+    return None
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One compiled-per-workload kernel and how the op's inputs map onto it.
+
+    ``params`` are the kernel's parameters in order, each with the shape the kernel declares (op
+    inputs are viewed to it, which never copies a contiguous tensor). Those in ``outputs`` are
+    allocated per call; the rest are op inputs (possibly updated in place). ``returns`` names what
+    the op returns, each viewed to the given shape.
+    """
+
+    prim_func: Any
+    params: tuple[tuple[str, tuple[int, ...]], ...]
+    outputs: Mapping[str, torch.dtype]
+    returns: tuple[tuple[str, tuple[int, ...]], ...]
+    config: Mapping[str, Any] = field(default_factory=dict)  # the launch configuration, recorded
+
+    def bind(self, kernel: Any, device: torch.device) -> Callable[..., Any]:
+        shapes = dict(self.params)
+        order = [name for name, _ in self.params]
+        outputs = dict(self.outputs)
+
+        def call(**inputs: torch.Tensor) -> Any:
+            args = {}
+            for name in order:
+                if name in outputs:
+                    args[name] = torch.empty(shapes[name], dtype=outputs[name], device=device)
+                else:
+                    tensor = inputs[name]
+                    if not tensor.is_contiguous():
+                        raise ValueError(f"input {name!r} must be contiguous (shape {tuple(tensor.shape)}, "
+                                         f"strides {tensor.stride()}); call .contiguous() first")
+                    args[name] = tensor.view(shapes[name])
+            kernel(*(args[name] for name in order))
+            result = tuple(args[name].view(shape) for name, shape in self.returns)
+            return result[0] if len(result) == 1 else result
+
+        return call
+
+
+def tilelang_implementation(
+    op_name: str,
+    kernel_spec: Callable[[Op, Workload], KernelSpec],
+    supports: Callable[[Op, Workload], str | None] | None = None,
+    name: str = "tilelang",
+    description: str = "",
+) -> Implementation:
+    """An ``ours``-tier implementation from a function describing the kernel for a workload."""
+
+    def build(op: Op, w: Workload, device: torch.device) -> Callable[..., Any]:
+        spec = kernel_spec(op, w)
+        return spec.bind(compile_kernel(spec.prim_func), device)
+
+    def why_not(op: Op, w: Workload, device: Device) -> str | None:
+        return why_tilelang_cannot_run(device) or (supports(op, w) if supports else None)
+
+    return Implementation(op_name, name, "ours", build, devices=("cuda",), supports=why_not,
+                          description=description or "TileLang kernel, compiled per workload")
+
+
+def pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def rows_of(shape: tuple[int, ...]) -> int:
+    return math.prod(shape[:-1])

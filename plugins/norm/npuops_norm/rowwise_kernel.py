@@ -1,0 +1,190 @@
+"""The one TileLang template behind every row-wise norm kernel of this plugin.
+
+A :class:`RowNorm` says what the op does to a row (which statistic, which affine, fused residual
+add, int8 epilogue, ...); :func:`rowwise_kernel` turns it and a workload's shape into a kernel:
+one thread block per row, the row held in registers (loaded once, 16-byte vectors), a block-wide
+reduction per group, then the normalized row written once. Every op therefore moves the minimum:
+each input read once, each output written once.
+
+TileLang is imported when a kernel is built, so specs load without it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from npuops.kernels import KernelSpec, tilelang_dtype
+
+F32 = "float32"
+MAX_THREADS = 512
+ELEMENTS_PER_THREAD = 16  # per 16-bit element: two 16-byte loads in flight per thread
+
+
+@dataclass(frozen=True)
+class RowNorm:
+    stat: str  # "rms": x/sqrt(mean x² + eps); "meanvar": (x-mean)/sqrt(var + eps);
+    #            "l2"/"l1": x / max(||x||_p, eps); "l2_gain": g[row] * x / ||x|| (weight norm)
+    eps: float = 0.0
+    groups: int = 1  # statistics per equal group of the row
+    weight: str | None = None  # None, "w" (y * w) or "1+w" (Gemma: y * (1 + w))
+    bias: bool = False
+    residual: bool = False  # residual += x (written back) and normalize the sum
+    quant_min_scale: float | None = None  # int8 per-row quantization of y (outputs q, scale)
+    modulated: bool = False  # AdaLN: y * (1 + scale[sample]) + shift[sample]
+    pair: bool = False  # QK-norm: the same norm on two tensors, one launch
+    input_name: str = "x"  # the op's name for the row tensor (weight norm calls it v)
+
+
+def launch_threads(hidden: int, itemsize: int) -> tuple[int, int]:
+    """(threads per row-block, padded row length). Prefers a power-of-two thread count dividing the row
+    so each thread's share loads as whole 16-byte vectors, with about ELEMENTS_PER_THREAD elements
+    each; a row no such count divides is padded up (and masked) to a multiple of the threads."""
+    widest = 16 // itemsize
+
+    def score(threads: int) -> tuple[int, float]:
+        share = hidden // threads
+        vector = next(v for v in (widest, widest // 2, widest // 4, 1) if v and share % v == 0)
+        return vector, -abs(math.log2(share / ELEMENTS_PER_THREAD))
+
+    powers = [32 << i for i in range((MAX_THREADS // 32).bit_length())]  # TileLang's block all-reduce
+    fits = [t for t in powers if hidden % t == 0]
+    if fits:
+        return max(fits, key=score), hidden
+    threads = max(t for t in powers if t == 32 or t * ELEMENTS_PER_THREAD <= hidden)
+    return threads, -(-hidden // threads) * threads
+
+
+def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1) -> KernelSpec:
+    """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized)."""
+    import tilelang.language as T
+
+    hidden = shape[-1]
+    rows = math.prod(shape[:-1])
+    dt = tilelang_dtype(dtype)
+    G = spec.groups
+    n = hidden // G
+    threads, padded = launch_threads(hidden, dtype.itemsize)
+    if padded != hidden and G > 1:  # pad each group instead: one warp, groups of whole warp-multiples
+        threads, padded = 32, G * (-(-n // 32) * 32)
+    m = padded // G  # per-group length held in registers; the tail past n (if any) is masked
+    rows_per_sample = rows // samples
+
+    def col(g, j):
+        """Column of element j of group g; clamped in bounds on padded rows (the tail is masked)."""
+        return g * n + j if m == n else T.min(g * n + j, hidden - 1)
+
+    @T.macro
+    def normalize_row(X, W, B, R, Shift, Scale, Gain, Y, Q, S, row):
+        raw = T.alloc_fragment((G, m), dt)
+        s = T.alloc_fragment((G, m), F32)
+        acc = T.alloc_fragment((G, m), F32)
+        stat = T.alloc_fragment((G,), F32)
+        for g, j in T.Parallel(G, m):
+            s[g, j] = T.Cast(F32, X[row, g * n + j])
+        if spec.residual:
+            for g, j in T.Parallel(G, m):
+                raw[g, j] = T.Cast(dt, s[g, j] + T.Cast(F32, R[row, col(g, j)]))
+                s[g, j] = T.Cast(F32, raw[g, j])  # the norm sees the sum as stored
+            for g, j in T.Parallel(G, m):
+                if m == n or j < n:
+                    R[row, g * n + j] = raw[g, j]
+        if spec.stat == "meanvar":
+            T.reduce_sum(s, stat, dim=1)
+            for g, j in T.Parallel(G, m):
+                s[g, j] = s[g, j] - stat[g] / n
+        for g, j in T.Parallel(G, m):
+            if spec.stat == "l1":
+                acc[g, j] = T.abs(s[g, j])
+            else:
+                acc[g, j] = s[g, j] * s[g, j]
+        T.reduce_sum(acc, stat, dim=1)
+        for g in T.Parallel(G):
+            if spec.stat in ("rms", "meanvar"):
+                stat[g] = T.rsqrt(stat[g] / n + spec.eps)
+            elif spec.stat == "l2":
+                stat[g] = 1.0 / T.max(T.sqrt(stat[g]), spec.eps)
+            elif spec.stat == "l1":
+                stat[g] = 1.0 / T.max(stat[g], spec.eps)
+            else:  # l2_gain
+                stat[g] = T.Cast(F32, Gain[row, 0]) / T.sqrt(stat[g])
+        for g, j in T.Parallel(G, m):
+            y = s[g, j] * stat[g]
+            if spec.weight == "w":
+                y = y * T.Cast(F32, W[col(g, j)])
+            if spec.weight == "1+w":
+                y = y * (1.0 + T.Cast(F32, W[col(g, j)]))
+            if spec.bias:
+                y = y + T.Cast(F32, B[col(g, j)])
+            if spec.modulated:
+                sample = row // rows_per_sample
+                y = y * (1.0 + T.Cast(F32, Scale[sample, col(g, j)])) + T.Cast(F32, Shift[sample, col(g, j)])
+            s[g, j] = y
+        if spec.quant_min_scale is None:
+            for g, j in T.Parallel(G, m):
+                raw[g, j] = T.Cast(dt, s[g, j])
+            for g, j in T.Parallel(G, m):
+                if m == n or j < n:
+                    Y[row, g * n + j] = raw[g, j]
+        else:
+            q = T.alloc_fragment((G, m), "int8")
+            amax = T.alloc_fragment((G,), F32)
+            T.reduce_absmax(s, amax, dim=1)
+            for g in T.Parallel(G):
+                amax[g] = T.max(amax[g] / 127.0, spec.quant_min_scale)
+                S[row, 0] = amax[g]
+            for g, j in T.Parallel(G, m):
+                q[g, j] = T.Cast("int8", T.clamp(T.nearbyint(s[g, j] / amax[g]), -128.0, 127.0))
+            for g, j in T.Parallel(G, m):
+                if m == n or j < n:
+                    Q[row, g * n + j] = q[g, j]
+
+    row_shape, vec_shape = (rows, hidden), (hidden,)
+    params: list[tuple[str, tuple[int, ...]]] = []
+
+    def arg(name: str, shape: tuple[int, ...], type_: str = dt):
+        params.append((name, shape))
+        return T.arg(name, T.Tensor(shape, type_))
+
+    @T.prim_func
+    def main():
+        rowsets = []  # (input, weight, bias, residual) per normalized tensor
+        for x_name, w_name in (("q", "q_weight"), ("k", "k_weight")) if spec.pair else ((spec.input_name, "weight"),):
+            X = arg(x_name, row_shape)
+            R = arg("residual", row_shape) if spec.residual else None
+            W = arg(w_name, vec_shape) if spec.weight is not None else None
+            B = arg("bias", vec_shape) if spec.bias else None
+            rowsets.append((X, W, B, R))
+        Shift = arg("shift", (samples, hidden)) if spec.modulated else None
+        Scale = arg("scale", (samples, hidden)) if spec.modulated else None
+        Gain = arg("g", (rows, 1)) if spec.stat == "l2_gain" else None
+        X, W, B, R = rowsets[0]
+        if spec.pair:
+            Yq, Yk = arg("q_out", row_shape), arg("k_out", row_shape)
+        elif spec.quant_min_scale is not None:
+            Q, S = arg("q", row_shape, "int8"), arg("scale_out", (rows, 1), F32)
+        else:
+            Y = arg("y", row_shape)
+        with T.Kernel(rows, 2 if spec.pair else 1, threads=threads) as (row, which):
+            if spec.pair:
+                Xk, Wk = rowsets[1][0], rowsets[1][1]
+                if which == 0:
+                    normalize_row(X, W, None, None, None, None, None, Yq, None, None, row)
+                else:
+                    normalize_row(Xk, Wk, None, None, None, None, None, Yk, None, None, row)
+            elif spec.quant_min_scale is not None:
+                normalize_row(X, W, B, R, Shift, Scale, Gain, None, Q, S, row)
+            else:
+                normalize_row(X, W, B, R, Shift, Scale, Gain, Y, None, None, row)
+
+    if spec.pair:
+        returns = (("q_out", shape), ("k_out", shape))
+    elif spec.quant_min_scale is not None:
+        returns = (("q", shape), ("scale_out", (*shape[:-1], 1)))
+    else:
+        returns = (("y", shape),) + ((("residual", shape),) if spec.residual else ())
+    outputs = {"y": dtype, "q_out": dtype, "k_out": dtype, "q": torch.int8, "scale_out": torch.float32}
+    declared = {name for name, _ in params}
+    return KernelSpec(main, tuple(params), {k: v for k, v in outputs.items() if k in declared}, returns,
+                      {"threads": threads, "rows_per_block": 1, "padded_to": padded})
