@@ -86,7 +86,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         if spec.residual:
             for g, j in T.Parallel(G, m):
                 raw[g, j] = T.Cast(dt, s[g, j] + T.Cast(F32, R[row, col(g, j)]))
-                s[g, j] = T.Cast(F32, raw[g, j])  # the norm sees the sum as stored
+                if m == n:
+                    s[g, j] = T.Cast(F32, raw[g, j])  # the norm sees the sum as stored
+                else:
+                    s[g, j] = T.if_then_else(j < n, T.Cast(F32, raw[g, j]), 0.0)
             for g, j in T.Parallel(G, m):
                 if m == n or j < n:
                     R[row, g * n + j] = raw[g, j]
@@ -149,28 +152,27 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
 
     @T.prim_func
     def main():
-        rowsets = []  # (input, weight, bias, residual) per normalized tensor
-        for x_name, w_name in (("q", "q_weight"), ("k", "k_weight")) if spec.pair else ((spec.input_name, "weight"),):
-            X = arg(x_name, row_shape)
-            R = arg("residual", row_shape) if spec.residual else None
-            W = arg(w_name, vec_shape) if spec.weight is not None else None
-            B = arg("bias", vec_shape) if spec.bias else None
-            rowsets.append((X, W, B, R))
-        Shift = arg("shift", (samples, hidden)) if spec.modulated else None
-        Scale = arg("scale", (samples, hidden)) if spec.modulated else None
-        Gain = arg("g", (rows, 1)) if spec.stat == "l2_gain" else None
-        X, W, B, R = rowsets[0]
+        # Each buffer gets its own Python name: the builder names kernel parameters after them.
         if spec.pair:
+            Xq, Wq = arg("q", row_shape), arg("q_weight", vec_shape)
+            Xk, Wk = arg("k", row_shape), arg("k_weight", vec_shape)
             Yq, Yk = arg("q_out", row_shape), arg("k_out", row_shape)
-        elif spec.quant_min_scale is not None:
-            Q, S = arg("q", row_shape, "int8"), arg("scale_out", (rows, 1), F32)
         else:
-            Y = arg("y", row_shape)
+            X = arg(spec.input_name, row_shape)
+            R = arg("residual", row_shape) if spec.residual else None
+            W = arg("weight", vec_shape) if spec.weight is not None else None
+            B = arg("bias", vec_shape) if spec.bias else None
+            Shift = arg("shift", (samples, hidden)) if spec.modulated else None
+            Scale = arg("scale", (samples, hidden)) if spec.modulated else None
+            Gain = arg("g", (rows, 1)) if spec.stat == "l2_gain" else None
+            if spec.quant_min_scale is not None:
+                Q, S = arg("q", row_shape, "int8"), arg("scale_out", (rows, 1), F32)
+            else:
+                Y = arg("y", row_shape)
         with T.Kernel(rows, 2 if spec.pair else 1, threads=threads) as (row, which):
             if spec.pair:
-                Xk, Wk = rowsets[1][0], rowsets[1][1]
                 if which == 0:
-                    normalize_row(X, W, None, None, None, None, None, Yq, None, None, row)
+                    normalize_row(Xq, Wq, None, None, None, None, None, Yq, None, None, row)
                 else:
                     normalize_row(Xk, Wk, None, None, None, None, None, Yk, None, None, row)
             elif spec.quant_min_scale is not None:

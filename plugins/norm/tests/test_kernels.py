@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -64,11 +63,9 @@ def test_kernel_passes_the_gate_on_every_workload_and_odd_shapes(op_name):
     op, impl = REGISTRY.op(op_name), OURS[op_name]
     workloads = [w for w in list(op.workloads) + [reshaped(op, op.workloads[-1], r, h) for r, h in GPU_SHAPES]
                  if not impl.why_not(op, w, device)]
-    with ThreadPoolExecutor(8) as pool:  # TileLang compiles overlap in threads
-        kernels = list(pool.map(lambda w: impl.build(op, w, device.torch_device()), workloads))
     failures = []
-    for w, fn in zip(workloads, kernels, strict=True):
-        result = check(op, w, fn, device, seed=11)
+    for w in workloads:
+        result = check(op, w, impl.build(op, w, device.torch_device()), device, seed=11)
         if not result.ok:
             failures.append(f"{w.key} {w.shapes}: {result.detail}")
     assert not failures, "\n".join(failures)
