@@ -66,8 +66,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     G = spec.groups
     n = hidden // G
     threads, padded = launch_threads(hidden, dtype.itemsize)
-    if padded != hidden and G > 1:  # pad each group instead: one warp, groups of whole warp-multiples
-        threads, padded = 32, G * (-(-n // 32) * 32)
+    if padded != hidden and G > 1:
+        raise ValueError(f"{G} groups of {n}: a grouped row must split evenly over 32 threads or more")
     m = padded // G  # per-group length held in registers; the tail past n (if any) is masked
     rows_per_sample = rows // samples
 
@@ -186,7 +186,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         returns = (("q", shape), ("scale_out", (*shape[:-1], 1)))
     else:
         returns = (("y", shape),) + ((("residual", shape),) if spec.residual else ())
-    outputs = {"y": dtype, "q_out": dtype, "k_out": dtype, "q": torch.int8, "scale_out": torch.float32}
-    declared = {name for name, _ in params}
-    return KernelSpec(main, tuple(params), {k: v for k, v in outputs.items() if k in declared}, returns,
+    if spec.pair:  # QK-norm's inputs are named q and k: outputs are told apart by name, not by role
+        outputs = {"q_out": dtype, "k_out": dtype}
+    elif spec.quant_min_scale is not None:
+        outputs = {"q": torch.int8, "scale_out": torch.float32}
+    else:
+        outputs = {"y": dtype}
+    return KernelSpec(main, tuple(params), outputs, returns,
                       {"threads": threads, "rows_per_block": 1, "padded_to": padded})

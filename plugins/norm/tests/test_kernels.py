@@ -48,6 +48,22 @@ def test_kernel_compiles_for_sm90(op_name):
         assert "__global__" in source and spec.config["threads"] % 32 == 0
 
 
+@pytest.mark.parametrize("op_name", sorted(EXPECTED))
+def test_kernel_parameters_match_the_op(op_name):
+    """Every kernel input is an op input, outputs never shadow one, and the returns match the
+    torch formulation's outputs in number and shape."""
+    from npuops_norm.plugin import row_kernel_spec
+
+    op = REGISTRY.op(op_name)
+    w = next(w for w in op.workloads if not op.kernel_unsupported(w))
+    spec = row_kernel_spec(op, w)
+    inputs, outputs = op.meta_io(w)
+    params = [name for name, _ in spec.params]
+    assert set(spec.outputs).isdisjoint(inputs)
+    assert set(params) - set(spec.outputs) == set(inputs)
+    assert [tuple(shape) for _, shape in spec.returns] == [tuple(t.shape) for t in outputs]
+
+
 def test_multi_dim_normalize_says_why_it_has_no_kernel():
     op = REGISTRY.op("L2NormFwd")
     assert "last dim only" in op.kernel_unsupported(op.workload("W1"))
