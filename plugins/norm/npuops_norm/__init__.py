@@ -1,1 +1,24 @@
-"""npuops normalization family (plugin ``norm``)."""
+"""npuops normalization family (plugin ``norm``): the ops, their workloads and our kernels, and
+the functions to call from model code (``npuops_norm.rms_norm(x, weight, eps)``, ...)."""
+
+from .functional import (
+    ada_layer_norm,
+    fused_add_layer_norm,
+    fused_add_rms_norm,
+    gemma_rms_norm,
+    group_rms_norm,
+    l1_norm,
+    l2_norm,
+    layer_norm,
+    layer_norm_quant,
+    qk_norm,
+    rms_norm,
+    rms_norm_quant,
+    weight_norm,
+)
+
+__all__ = [
+    "ada_layer_norm", "fused_add_layer_norm", "fused_add_rms_norm", "gemma_rms_norm", "group_rms_norm",
+    "l1_norm", "l2_norm", "layer_norm", "layer_norm_quant", "qk_norm", "rms_norm", "rms_norm_quant",
+    "weight_norm",
+]
