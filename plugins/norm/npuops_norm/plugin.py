@@ -5,6 +5,7 @@ from importlib.resources import files
 from npuops import discover_op_classes, hookimpl, load_catalog, ops_from_catalog
 from npuops.kernels import tilelang_implementation
 
+from .liger import liger_implementations
 from .ops._single_pass import SinglePassNormOp
 
 
@@ -22,7 +23,7 @@ def row_kernel_spec(op, w):
 
 @hookimpl
 def npuops_implementations(ops):
-    return [
+    return liger_implementations(ops) + [
         tilelang_implementation(op.name, row_kernel_spec, supports=lambda op, w: op.kernel_unsupported(w),
                                 description="TileLang row kernel: one block per row, row held in registers")
         for op in ops.values()
