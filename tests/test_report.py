@@ -61,6 +61,18 @@ def test_json_contract_and_arithmetic(capsys, results_file):
     assert by[("W2", "torch_eager", "eager")]["sol_pct"] == pytest.approx(10.0)
 
 
+def test_ratio_never_mixes_runs(capsys, tmp_path):
+    path = tmp_path / "two-runs.jsonl"
+    with ResultsWriter(path) as w:
+        for run in ("r1", "r2"):
+            w.append({"record": "env", "run_id": run, "device": {}, "limits": LIMITS, "versions": {}, "git": None})
+        w.append({**row("ours_kernel", "ours", "eager", 0.002), "run_id": "r2"})
+        w.append({**row("torch_eager", "torch_eager", "eager", 0.001), "run_id": "r1"})  # faster, other run
+        w.append({**row("torch_compile", "torch_compile", "eager", 0.004), "run_id": "r2"})
+    by = {r["impl"]: r for r in json.loads(report(capsys, path, "json"))}
+    assert by["ours_kernel"]["ratio"] == pytest.approx(2.0)
+
+
 def test_html_marks_faster_and_slower(capsys, results_file):
     page = report(capsys, results_file, "html")
     assert page.startswith("<!doctype html>") and "<script" not in page and "http" not in page

@@ -66,6 +66,13 @@ def row_metrics(row: dict[str, Any], limits: dict[str, Any] | None) -> dict[str,
     return out
 
 
+def fastest_alternative(rows: list[dict[str, Any]], ours: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The fastest non-ours row; when comparing with ``ours``, only rows of ours' own run count
+    (a ratio never mixes runs)."""
+    alts = [r for r in _ok(rows) if r["tier"] != "ours" and (ours is None or r.get("run_id") == ours.get("run_id"))]
+    return min(alts, key=_median) if alts else None
+
+
 def build_entries(results: Results) -> list[Entry]:
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for row in results.rows:
@@ -77,9 +84,8 @@ def build_entries(results: Results) -> list[Entry]:
         entry = Entry(family, op, workload, first["label"], first["dtype"], regime,
                       sorted(rows, key=lambda r: (r["tier"] != "ours", r["impl"])), env.get("limits"))
         ours = [r for r in _ok(rows) if r["tier"] == "ours"]
-        alts = [r for r in _ok(rows) if r["tier"] != "ours"]
         entry.ours = min(ours, key=_median) if ours else None
-        entry.best_alt = min(alts, key=_median) if alts else None
+        entry.best_alt = fastest_alternative(rows, entry.ours)
         if entry.ours and entry.best_alt:
             entry.ratio = _median(entry.best_alt) / _median(entry.ours)
         entry.subject = entry.ours or entry.best_alt
@@ -102,8 +108,9 @@ def json_records(results: Results) -> list[dict[str, Any]]:
             ok = row["status"] == "ok"
             metrics = row_metrics(row, e.limits) if ok else {}
             ratio = None
-            if ok and row["tier"] == "ours" and e.best_alt:
-                ratio = _median(e.best_alt) / _median(row)
+            if ok and row["tier"] == "ours":
+                best = fastest_alternative(e.rows, row)
+                ratio = _median(best) / _median(row) if best else None
             records.append({
                 "family": e.family, "op": e.op, "workload": e.workload, "impl": row["impl"],
                 "tier": row["tier"], "regime": e.regime, "status": row["status"],
