@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device call that installs, benchmarks and runs the GPU tests, writing everything under $OUT.
+# From the project root, with the device tool:
+#   run(carry=[".devkit", ".whl"], command="NPUOPS_GIT_REVISION=$(rev) bash scripts/h200-session.sh RESULTS ARGS...")
+# RESULTS names the results file ($OUT/RESULTS.jsonl, reports beside it); ARGS go to `npuops run`
+# (e.g. --op RMSNormFwd,LayerNormFwd). GPU_TESTS (default: every test marked gpu) picks the tests;
+# RUN_TIMEOUT / TEST_TIMEOUT (seconds) keep the call inside the device's 10-minute limit.
+# .devkit comes from ../shared/devkit/pack-tilelang; .whl holds extra wheels (e.g. liger-kernel).
+set -uo pipefail
+name=$1; shift
+export PYTHONUNBUFFERED=1 TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tilelang-cache}
+source .devkit/activate.sh
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/wheels .whl/*.whl
+  export PYTHONPATH=/tmp/wheels:$PYTHONPATH
+fi
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . -e plugins/norm -e plugins/conv \
+  -e plugins/pool -e plugins/topk -e examples/npuops-example
+python3 -m npuops.cli calibrate > "$OUT/calibrate.log" 2>&1
+mkdir -p /tmp/run
+start=$(date +%s)
+timeout "${RUN_TIMEOUT:-300}" python3 -m npuops.cli run --jobs 16 --no-progress --out "/tmp/run/$name.jsonl" "$@" 2>&1 | tail -3
+echo "run wall: $(( $(date +%s) - start )) s"
+cp "/tmp/run/$name.jsonl" "$OUT/"
+tar czf "$OUT/$name-worker-logs.tgz" -C /tmp/run "$name.jsonl.logs"
+python3 -m npuops.cli report "$OUT/$name.jsonl" --format markdown -o "$OUT/$name.md"
+python3 -m npuops.cli report "$OUT/$name.jsonl" --format html -o "$OUT/$name.html"
+timeout "${TEST_TIMEOUT:-150}" python3 -m pytest -q -m gpu ${GPU_TESTS:-tests plugins} 2>&1 | tee "$OUT/gpu-tests.log" | tail -15
