@@ -18,7 +18,7 @@ import torch
 from npuops.kernels import KernelSpec, tilelang_dtype
 
 F32 = "float32"
-MAX_THREADS = 512
+MAX_THREADS = 1024
 ELEMENTS_PER_THREAD = 16  # per 16-bit element: two 16-byte loads in flight per thread
 
 
