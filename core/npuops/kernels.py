@@ -6,7 +6,6 @@ TileLang is imported lazily: the core and the plugins load (and list, and run ba
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -77,6 +76,10 @@ class KernelSpec:
     returns: tuple[tuple[str, tuple[int, ...]], ...]
     config: Mapping[str, Any] = field(default_factory=dict)  # the launch configuration, recorded
 
+    def compile(self, device: torch.device, arch: str | None = None) -> Callable[..., Any]:
+        """Compile and bind: the callable an implementation's build returns."""
+        return self.bind(compile_kernel(self.prim_func, arch), device)
+
     def bind(self, kernel: Any, device: torch.device) -> Callable[..., Any]:
         shapes = dict(self.params)
         order = [name for name, _ in self.params]
@@ -102,27 +105,16 @@ class KernelSpec:
 
 def tilelang_implementation(
     op_name: str,
-    kernel_spec: Callable[[Op, Workload], KernelSpec],
+    build: Callable[[Op, Workload, torch.device], Callable[..., Any]],
     supports: Callable[[Op, Workload], str | None] | None = None,
     name: str = "tilelang",
     description: str = "",
 ) -> Implementation:
-    """An ``ours``-tier implementation from a function describing the kernel for a workload."""
-
-    def build(op: Op, w: Workload, device: torch.device) -> Callable[..., Any]:
-        spec = kernel_spec(op, w)
-        return spec.bind(compile_kernel(spec.prim_func), device)
+    """An ``ours``-tier implementation whose ``build`` compiles TileLang kernels for a workload
+    (usually ``lambda op, w, device: spec(op, w).compile(device)`` for a :class:`KernelSpec`)."""
 
     def why_not(op: Op, w: Workload, device: Device) -> str | None:
         return why_tilelang_cannot_run(device) or (supports(op, w) if supports else None)
 
     return Implementation(op_name, name, "ours", build, devices=("cuda",), supports=why_not,
                           description=description or "TileLang kernel, compiled per workload")
-
-
-def pow2_floor(n: int) -> int:
-    return 1 << (max(1, n).bit_length() - 1)
-
-
-def rows_of(shape: tuple[int, ...]) -> int:
-    return math.prod(shape[:-1])

@@ -15,17 +15,12 @@ def npuops_ops():
     return ops_from_catalog(discover_op_classes(f"{__package__}.ops"), catalog)
 
 
-def row_kernel_spec(op, w):
-    from .rowwise_kernel import rowwise_kernel
-
-    return rowwise_kernel(op.row_norm(w), w.shapes["x"], w.dtype_of("x"), samples=op.kernel_samples(w))
-
-
 @hookimpl
 def npuops_implementations(ops):
+    ours = [op for op in ops.values()
+            if isinstance(op, SinglePassNormOp) and any(op.kernel_unsupported(w) is None for w in op.workloads)]
     return liger_implementations(ops) + [
-        tilelang_implementation(op.name, row_kernel_spec, supports=lambda op, w: op.kernel_unsupported(w),
-                                description="TileLang row kernel: one block per row, row held in registers")
-        for op in ops.values()
-        if isinstance(op, SinglePassNormOp) and any(op.row_norm(w) is not None for w in op.workloads)
+        tilelang_implementation(op.name, lambda op, w, device: op.tilelang_build(w, device),
+                                supports=lambda op, w: op.kernel_unsupported(w), description=op.kernel_description)
+        for op in ours
     ]

@@ -19,7 +19,7 @@ OURS = {name: REGISTRY.implementation(name, "tilelang") for name, impls in REGIS
         if any(i.name == "tilelang" for i in impls)}
 EXPECTED = {"RMSNormFwd", "LayerNormFwd", "FusedAddRMSNormFwd", "FusedAddLayerNormFwd", "RMSNormQuantFwd",
             "LayerNormQuantFwd", "GemmaRMSNormFwd", "QKNormFwd", "GroupRMSNormFwd", "L1NormFwd", "L2NormFwd",
-            "AdaLayerNormFwd", "WeightNormFwd"}
+            "AdaLayerNormFwd", "WeightNormFwd", "SpectralNormPowerIterFwd"}
 
 
 def reshaped(op, w, rows: int, hidden: int):
@@ -35,28 +35,45 @@ def test_every_row_norm_has_a_kernel():
     assert EXPECTED <= set(OURS)
 
 
-@pytest.mark.parametrize("op_name", sorted(EXPECTED))
-def test_kernel_compiles_for_sm90(op_name):
-    from npuops_norm.plugin import row_kernel_spec
+ROW_KERNEL_OPS = sorted(EXPECTED - {"SpectralNormPowerIterFwd"})
 
+
+def row_spec(op, w):
+    from npuops_norm.rowwise_kernel import rowwise_kernel
+
+    return rowwise_kernel(op.row_norm(w), w.shapes["x"], w.dtype_of("x"), samples=op.kernel_samples(w))
+
+
+@pytest.mark.parametrize("op_name", ROW_KERNEL_OPS)
+def test_row_kernel_compiles_for_sm90(op_name):
     op = REGISTRY.op(op_name)
     for w in (op.workloads[0], reshaped(op, op.workloads[0], 3, 1000)):
         if op.kernel_unsupported(w):
             continue
-        spec = row_kernel_spec(op, w)
+        spec = row_spec(op, w)
         source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
         assert "__global__" in source and spec.config["threads"] % 32 == 0
 
 
-@pytest.mark.parametrize("op_name", sorted(EXPECTED))
+def test_spectral_norm_kernels_compile_for_sm90():
+    from npuops_norm import spectral_kernel as sk
+
+    for rows in (1, 2048):
+        cols, dt = 8192, "bfloat16"
+        kernels = [sk._single_row(cols, dt, 1e-12)] if rows == 1 else [
+            sk._column_partials(rows, cols, dt), sk._normalize_v(cols, dt, 1e-12), sk._row_dots(rows, cols, dt),
+            sk._normalize_u(rows, dt, 1e-12), sk._scale(rows, cols, dt)]
+        for prim_func in kernels:
+            assert "__global__" in compile_kernel(prim_func, arch="sm_90").get_kernel_source()
+
+
+@pytest.mark.parametrize("op_name", ROW_KERNEL_OPS)
 def test_kernel_parameters_match_the_op(op_name):
     """Every kernel input is an op input, outputs never shadow one, and the returns match the
     torch formulation's outputs in number and shape."""
-    from npuops_norm.plugin import row_kernel_spec
-
     op = REGISTRY.op(op_name)
     w = next(w for w in op.workloads if not op.kernel_unsupported(w))
-    spec = row_kernel_spec(op, w)
+    spec = row_spec(op, w)
     inputs, outputs = op.meta_io(w)
     params = [name for name, _ in spec.params]
     assert set(spec.outputs).isdisjoint(inputs)

@@ -39,6 +39,18 @@ class SpectralNormPowerIterFwd(RowwiseNormOp):
             "v": F.normalize(rng.normal((cols,), dtype), dim=0, eps=eps),
         }
 
+    kernel_description = "TileLang: column partials, two normalizations, row dots, scale (5 launches; 1 for a single row)"
+
+    def kernel_unsupported(self, w):
+        from ..spectral_kernel import unsupported
+
+        return unsupported(*w.shapes["x"])
+
+    def tilelang_build(self, w, device):
+        from ..spectral_kernel import build_power_iteration
+
+        return build_power_iteration(w.shapes["x"], w.dtype_of("x"), self.config(w)["eps"], device)
+
     def torch_impl(self, w):
         eps = self.config(w)["eps"]
 
