@@ -35,6 +35,9 @@ class RowNorm:
     modulated: bool = False  # AdaLN: y * (1 + scale[sample]) + shift[sample]
     pair: bool = False  # QK-norm: the same norm on two tensors, one launch
     input_name: str = "x"  # the op's name for the row tensor (weight norm calls it v)
+    # x viewed as [segments, rows, hidden]: each row's statistic spans all its segments
+    # (normalizing over dims 0 and 2 of a 3-D tensor, as L2NormFwd with dim=[0, 2]).
+    segments: int = 1
 
 
 def launch_threads(hidden: int, itemsize: int) -> tuple[int, int]:
@@ -57,16 +60,20 @@ def launch_threads(hidden: int, itemsize: int) -> tuple[int, int]:
 
 
 def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1) -> KernelSpec:
-    """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized)."""
+    """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
+    ``spec.segments`` the first dim is the segments)."""
     import tilelang.language as T
 
+    segs = spec.segments
     hidden = shape[-1]
-    rows = math.prod(shape[:-1])
+    rows = math.prod(shape[:-1]) // segs
     dt = tilelang_dtype(dtype)
-    G = spec.groups
+    G = spec.groups if segs == 1 else segs
     n = hidden // G
-    threads, padded = launch_threads(hidden, dtype.itemsize)
-    if padded != hidden and G > 1:
+    threads, padded = launch_threads(hidden * segs, dtype.itemsize)
+    if segs > 1:
+        padded = hidden * segs
+    if padded != hidden * segs and G > 1:
         raise ValueError(f"{G} groups of {n}: a grouped row must split evenly over 32 threads or more")
     m = padded // G  # per-group length held in registers; the tail past n (if any) is masked
     rows_per_sample = rows // samples
@@ -75,6 +82,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         """Column of element j of group g; clamped in bounds on padded rows (the tail is masked)."""
         return g * n + j if m == n else T.min(g * n + j, hidden - 1)
 
+    def at(row, g, j):
+        """Index of element j of group (or segment) g of ``row`` in a row tensor."""
+        return (g, row, j) if segs > 1 else (row, col(g, j))
+
     @T.macro
     def normalize_row(X, W, B, R, Shift, Scale, Gain, Y, Q, S, row):
         raw = T.alloc_fragment((G, m), dt)
@@ -82,17 +93,17 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         acc = T.alloc_fragment((G, m), F32)
         stat = T.alloc_fragment((G,), F32)
         for g, j in T.Parallel(G, m):
-            s[g, j] = T.Cast(F32, X[row, g * n + j])
+            s[g, j] = T.Cast(F32, X[at(row, g, j)])
         if spec.residual:
             for g, j in T.Parallel(G, m):
-                raw[g, j] = T.Cast(dt, s[g, j] + T.Cast(F32, R[row, col(g, j)]))
+                raw[g, j] = T.Cast(dt, s[g, j] + T.Cast(F32, R[at(row, g, j)]))
                 if m == n:
                     s[g, j] = T.Cast(F32, raw[g, j])  # the norm sees the sum as stored
                 else:
                     s[g, j] = T.if_then_else(j < n, T.Cast(F32, raw[g, j]), 0.0)
             for g, j in T.Parallel(G, m):
                 if m == n or j < n:
-                    R[row, g * n + j] = raw[g, j]
+                    R[at(row, g, j)] = raw[g, j]
         if spec.stat == "meanvar":
             T.reduce_sum(s, stat, dim=1)
             for g, j in T.Parallel(G, m):
@@ -103,6 +114,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             else:
                 acc[g, j] = s[g, j] * s[g, j]
         T.reduce_sum(acc, stat, dim=1)
+        if segs > 1:
+            joint = T.alloc_fragment((1,), F32)
+            T.reduce_sum(stat, joint, dim=0)
+            for g in T.Parallel(G):
+                stat[g] = joint[0]
         for g in T.Parallel(G):
             if spec.stat in ("rms", "meanvar"):
                 stat[g] = T.rsqrt(stat[g] / n + spec.eps)
@@ -129,7 +145,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 raw[g, j] = T.Cast(dt, s[g, j])
             for g, j in T.Parallel(G, m):
                 if m == n or j < n:
-                    Y[row, g * n + j] = raw[g, j]
+                    Y[at(row, g, j)] = raw[g, j]
         else:
             q = T.alloc_fragment((G, m), "int8")
             amax = T.alloc_fragment((G,), F32)
@@ -141,9 +157,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 q[g, j] = T.Cast("int8", T.clamp(T.nearbyint(s[g, j] / amax[g]), -128.0, 127.0))
             for g, j in T.Parallel(G, m):
                 if m == n or j < n:
-                    Q[row, g * n + j] = q[g, j]
+                    Q[at(row, g, j)] = q[g, j]
 
-    row_shape, vec_shape = (rows, hidden), (hidden,)
+    row_shape, vec_shape = ((segs, rows, hidden) if segs > 1 else (rows, hidden)), (hidden,)
     params: list[tuple[str, tuple[int, ...]]] = []
 
     def arg(name: str, shape: tuple[int, ...], type_: str = dt):

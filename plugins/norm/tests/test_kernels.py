@@ -81,9 +81,12 @@ def test_kernel_parameters_match_the_op(op_name):
     assert [tuple(shape) for _, shape in spec.returns] == [tuple(t.shape) for t in outputs]
 
 
-def test_multi_dim_normalize_says_why_it_has_no_kernel():
+def test_normalize_over_other_dims_says_why_it_has_no_kernel():
     op = REGISTRY.op("L2NormFwd")
-    assert "last dim only" in op.kernel_unsupported(op.workload("W1"))
+    assert op.kernel_unsupported(op.workload("W1")) is None  # dim [0, 2] of [4, 128, 4096]
+    w = reshaped(op, op.workload("W1"), 4, 64)
+    w = dataclasses.replace(w, params={"dim": [0]})
+    assert "neither" in op.kernel_unsupported(w)
 
 
 GPU_SHAPES = [(3, 5120), (4097, 7168), (2, 1000)]

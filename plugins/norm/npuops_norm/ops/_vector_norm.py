@@ -35,15 +35,26 @@ class VectorNormalizeOp(SinglePassNormOp):
         rank, dims = len(w.shapes["x"]), self.config(w)["dim"]
         return tuple(sorted(d % rank for d in ((dims,) if isinstance(dims, int) else dims)))
 
+    def _segments(self, w) -> int | None:
+        """How many segments of the row kernel the dims make: 1 for the last dim alone, dim 0's
+        size for (0, last) of a 3-D x; None where the kernel has no such view."""
+        rank, dims = len(w.shapes["x"]), self._norm_dims(w)
+        if dims == (rank - 1,):
+            return 1
+        if rank == 3 and dims == (0, 2):
+            return w.shapes["x"][0]
+        return None
+
     def row_norm(self, w):
-        if self._norm_dims(w) != (len(w.shapes["x"]) - 1,):
+        segments = self._segments(w)
+        if segments is None:
             return None
-        return RowNorm(f"l{self.p}", self.config(w)["eps"])
+        return RowNorm(f"l{self.p}", self.config(w)["eps"], segments=segments)
 
     def kernel_unsupported(self, w):
-        if self.row_norm(w) is None:
-            return (f"the row kernel normalizes over the last dim only; dim {list(self._norm_dims(w))} "
-                    "spans other dims too (a strided reduction kernel is still to be written)")
+        if self._segments(w) is None:
+            return (f"the row kernel normalizes over the last dim, or dims 0 and 2 of a 3-D x; dim "
+                    f"{list(self._norm_dims(w))} of x {list(w.shapes['x'])} is neither")
         return None
 
     def torch_impl(self, w):
