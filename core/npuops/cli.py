@@ -144,7 +144,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     console.print(f"done: {counts['ok']} ok, {counts['wrong']} wrong, {counts['failed']} failed, "
                   f"{counts['skipped']} skipped, {counts['resumed']} already in {args.out}. "
                   f"`npuops report {args.out}` renders the tables.")
-    return 1 if counts["wrong"] else 0
+    for row in runner.wrong:
+        console.print(f"[red]wrong:[/red] {row['op']}/{row['workload']} {row['impl']} ({row['tier']}, "
+                      f"{row['regime']}): {row.get('reason', '')}", highlight=False)
+    # A wrong kernel of ours fails the command; a wrong alternative is a finding about it.
+    return 1 if any(row["tier"] == "ours" for row in runner.wrong) else 0
 
 
 # -- report ----------------------------------------------------------------------------------------

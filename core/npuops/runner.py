@@ -281,6 +281,7 @@ class Runner:
         self.progress = progress
         self.log_dir = self.results_path.with_name(self.results_path.name + ".logs")
         self.counts = {"ok": 0, "wrong": 0, "failed": 0, "skipped": 0, "resumed": 0}
+        self.wrong: list[dict[str, Any]] = []  # rows of implementations that failed their check
 
     def run(self, workloads: Sequence[Workload], impl_names: Sequence[str] | None = None, argv: Sequence[str] = ()) -> dict[str, int]:
         device = self.registry.device(self.options.device)
@@ -308,6 +309,8 @@ class Runner:
                 row["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
                 writer.append(row)
                 self.counts[row["status"]] += 1
+                if row["status"] == "wrong":
+                    self.wrong.append(row)
 
             for row in skipped_new:
                 record(row)
