@@ -89,3 +89,15 @@ def test_kill_minus_9_loses_no_finished_row(toy, tmp_path):
     assert len(keys) == len(set(keys)), "a row was written twice"
     assert finished <= {row_key(r) for r in after.rows}
     assert len(after.rows) == 2 * 4 * 2  # 2 workloads x 4 impls x 2 regimes, all present once
+
+
+def test_user_workloads_from_a_file_run_like_catalog_ones(toy, tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('[[workload]]\nop = "ToyScaleFwd"\nid = "U1"\nlabel = "mine"\ndtype = "bf16"\n'
+                    'shapes = { x = [3000] }\nparams = { alpha = 0.5 }\n')
+    out = tmp_path / "user.jsonl"
+    cmd = [sys.executable, "-m", "npuops.cli", "run", "--workloads", str(path), "--device", "cpu",
+           "--impl", "toy_ours", "--regime", "eager", "--budget", "0.05", "--out", str(out), "--no-progress"]
+    subprocess.run(cmd, env=os.environ.copy(), check=True, capture_output=True, timeout=300)
+    (row,) = read_results(out).rows
+    assert (row["workload"], row["label"], row["status"], row["source"]) == ("U1", "mine", "ok", str(path))

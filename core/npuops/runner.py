@@ -229,14 +229,14 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
         device.release_memory()
 
 
-def _worker_main(conn: Connection, device_name: str, options: RunOptions, user_workloads: list[dict[str, Any]],
+def _worker_main(conn: Connection, device_name: str, options: RunOptions, user_workloads: list[tuple[dict, str]],
                  lock: DeviceLock, log_path: str) -> None:
     # Compiler chatter goes to the worker's log, not over the parent's progress display.
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
     registry = load_registry()
-    registry.add_workloads(Workload.from_dict(w, source=w.get("source", "user")) for w in user_workloads)
+    registry.add_workloads(Workload.from_dict(record, source=source) for record, source in user_workloads)
     device = registry.device(device_name)
     while True:
         message = conn.recv()
@@ -277,7 +277,7 @@ class Runner:
         self.registry = registry
         self.options = options
         self.results_path = Path(results_path)
-        self.user_workloads = [{**w.to_dict(), "source": w.source} for w in user_workloads]
+        self.user_workloads = [(w.to_dict(), w.source) for w in user_workloads]
         self.progress = progress
         self.log_dir = self.results_path.with_name(self.results_path.name + ".logs")
         self.counts = {"ok": 0, "wrong": 0, "failed": 0, "skipped": 0, "resumed": 0}
