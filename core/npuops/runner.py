@@ -403,7 +403,8 @@ class Runner:
                     elif w.task is not None and time.monotonic() - w.started > self.options.task_timeout_s:
                         replace_worker(w, f"timed out after {self.options.task_timeout_s:.0f} s")
         finally:
-            for w in workers:
+            for w in workers:  # finished workers are exiting; give them time before killing
+                w.process.join(timeout=0 if w.task is not None else 30)
                 if w.process.is_alive():
                     w.process.kill()
                 w.process.join()
