@@ -34,6 +34,8 @@ def test_rows_for_every_impl_and_regime(toy, tmp_path):
     ok = by[("W1", "toy_ours", "eager")]
     assert ok["status"] == "ok" and ok["timing"]["median_ms"] > 0 and ok["timing"]["n"] >= 3
     assert ok["check"]["max_error"] <= 1.0
+    assert ok["config"] == {"threads": 128}  # the launch configuration travels with the row
+    assert "config" not in by[("W1", "torch_eager", "eager")]
     # CPU has no graphs, and reduce-overhead needs CUDA: skipped, with the reason.
     assert by[("W1", "toy_ours", "graph")]["status"] == "skipped"
     assert "graph" in by[("W1", "toy_ours", "graph")]["reason"]

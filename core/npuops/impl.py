@@ -24,7 +24,8 @@ class Implementation:
     """How to build one implementation of ``op``.
 
     ``build(op, workload, device)`` does all compilation and returns the callable that is checked
-    and timed, called as ``fn(**inputs)``. ``supports(op, workload, device)`` returns None or the
+    and timed, called as ``fn(**inputs)``; a ``config`` attribute on it (a kernel's launch
+    configuration) is recorded with its rows. ``supports(op, workload, device)`` returns None or the
     reason it cannot run that workload there.
     """
 

@@ -100,6 +100,7 @@ class KernelSpec:
             result = tuple(args[name].view(shape) for name, shape in self.returns)
             return result[0] if len(result) == 1 else result
 
+        call.config = dict(self.config)  # the runner records it with each row
         return call
 
 

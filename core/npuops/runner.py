@@ -208,6 +208,10 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
             fn(**inputs)  # lazy compilers (torch.compile) compile here, outside the device lock
             device.synchronize()
             build_s = time.perf_counter() - t0
+            config = getattr(fn, "config", None)
+            if config is not None:
+                for row in rows.values():
+                    row["config"] = config
             with contextlib.nullcontext() if exclusive else lock:
                 stage = "check"
                 result = check(op, w, fn, device, options.seed, nan_fill=impl.nan_fill)

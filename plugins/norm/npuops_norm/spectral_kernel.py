@@ -167,6 +167,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
             kernel(weight, u, out, u_out, v_out)
             return out, u_out, v_out
 
+        one_row.config = {"kernels": 1, "threads": THREADS}
         return one_row
 
     partials, normalize_v, row_dots, normalize_u, scale = (
@@ -186,4 +187,5 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
         scale(weight, sigma, out)
         return out, u_out, v_out
 
+    power_iteration.config = {"kernels": 5, "threads": THREADS, "column_tile": COLUMN_TILE, "row_chunks": ROW_CHUNKS}
     return power_iteration
