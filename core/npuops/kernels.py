@@ -60,6 +60,21 @@ def why_tilelang_cannot_run(device: Device) -> str | None:
     return None
 
 
+VECTOR_BYTES = 16  # kernels load and store 16-byte vectors
+
+
+def layout_problem(tensor: torch.Tensor) -> str | None:
+    """Why a kernel cannot take ``tensor`` as it is (None: it can): it must be contiguous and start
+    on a 16-byte boundary (an offset view such as ``x.view(-1)[1:]`` may not)."""
+    if not tensor.is_contiguous():
+        return (f"must be contiguous (shape {tuple(tensor.shape)}, strides {tensor.stride()}); "
+                "call .contiguous() first")
+    if tensor.data_ptr() % VECTOR_BYTES:
+        return (f"must start on a {VECTOR_BYTES}-byte boundary (storage offset {tensor.storage_offset()}); "
+                "call .clone() first")
+    return None
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """One compiled-per-workload kernel and how the op's inputs map onto it.
@@ -92,9 +107,9 @@ class KernelSpec:
                     args[name] = torch.empty(shapes[name], dtype=outputs[name], device=device)
                 else:
                     tensor = inputs[name]
-                    if not tensor.is_contiguous():
-                        raise ValueError(f"input {name!r} must be contiguous (shape {tuple(tensor.shape)}, "
-                                         f"strides {tensor.stride()}); call .contiguous() first")
+                    problem = layout_problem(tensor)
+                    if problem:
+                        raise ValueError(f"input {name!r} {problem}")
                     args[name] = tensor.view(shapes[name])
             kernel(*(args[name] for name in order))
             result = tuple(args[name].view(shape) for name, shape in self.returns)

@@ -2,8 +2,8 @@
 (namespace ``npuops_norm``) with fake implementations, so they trace through ``torch.compile``.
 
 On a CUDA tensor with TileLang available they run our kernel (compiled once per shape, dtype and
-parameters, then cached); anywhere else, or where the kernel does not cover a case, the op's torch
-formulation. Inputs are checked first: a wrong dtype, shape or device raises a ValueError that
+parameters, then cached); anywhere else, where the kernel does not cover a case, or for a strided
+or misaligned view, the op's torch formulation. Inputs are checked first: a wrong dtype, shape or device raises a ValueError that
 says what was expected.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 from npuops import InputRNG, Workload, WorkloadError, discover_op_classes
+from npuops.kernels import layout_problem
 from npuops.workload import dtype_name
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -55,8 +56,7 @@ def _check_inputs(api: _Api, tensors: dict[str, torch.Tensor], expected: dict[st
 
 @functools.lru_cache(maxsize=256)
 def _signature(api: _Api, device: torch.device, x_shape: tuple, dtype: torch.dtype, params: tuple):
-    """(callable, expected input shapes and dtypes) for one signature: our kernel where it runs,
-    else the torch formulation."""
+    """(kernel or None, torch formulation, expected input shapes and dtypes) for one signature."""
     registry = _registry()
     op = registry.op(api.op)
     w = Workload(api.op, "api", "api", dtype_name(dtype), {"x": x_shape}, params=dict(params))
@@ -65,11 +65,12 @@ def _signature(api: _Api, device: torch.device, x_shape: tuple, dtype: torch.dty
     except WorkloadError as exc:
         raise ValueError(f"{api.name}: {exc}") from None
     expected = {name: (tuple(t.shape), t.dtype) for name, t in op.make_inputs(w, InputRNG("meta")).items()}
+    kernel = None
     if device.type == "cuda":
         impl = registry.implementation(api.op, "tilelang")
         if impl.why_not(op, w, registry.device("cuda")) is None:
-            return impl.build(op, w, device), expected
-    return op.torch_impl(w), expected
+            kernel = impl.build(op, w, device)
+    return kernel, op.torch_impl(w), expected
 
 
 def _define(api: _Api, fake: Callable) -> Callable:
@@ -81,9 +82,11 @@ def _define(api: _Api, fake: Callable) -> Callable:
         if x.dtype not in FLOAT_DTYPES or x.dim() < 1:
             raise ValueError(f"{api.name}: {api.inputs[0]} must be a bf16, f16 or f32 tensor with at least one "
                              f"dim, got {x.dtype} of shape {list(x.shape)}")
-        fn, expected = _signature(api, x.device, tuple(x.shape), x.dtype, params)
+        kernel, formulation, expected = _signature(api, x.device, tuple(x.shape), x.dtype, params)
         _check_inputs(api, tensors, expected)
-        outputs = fn(**tensors)
+        # Strided or misaligned views take the torch path rather than a copy.
+        takes = kernel is not None and not any(layout_problem(t) for t in tensors.values())
+        outputs = (kernel if takes else formulation)(**tensors)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         picked = tuple(outputs[i] for i in api.returns)
         # A custom op's outputs may not alias its inputs; kernels allocate theirs, torch's

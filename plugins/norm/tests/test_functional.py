@@ -91,3 +91,12 @@ def test_bad_input_says_what_is_expected(call, message):
     with pytest.raises(ValueError) as err:
         call()
     assert message in str(err.value)
+
+
+def test_layout_problems_are_named():
+    from npuops.kernels import layout_problem
+
+    x = torch.randn(8, 64)
+    assert layout_problem(x) is None
+    assert "contiguous" in layout_problem(x.t())
+    assert "16-byte boundary" in layout_problem(x.view(-1)[1:])

@@ -108,6 +108,16 @@ def test_kernel_passes_the_gate_on_every_workload_and_odd_shapes(op_name):
 
 
 @pytest.mark.gpu
+def test_misaligned_input_is_rejected():
+    device = REGISTRY.device("cuda")
+    op = REGISTRY.op("RMSNormFwd")
+    fn = OURS["RMSNormFwd"].build(op, op.workload("W7"), device.torch_device())  # [1, 4096] bf16
+    x = torch.randn(4097, device="cuda", dtype=torch.bfloat16)[1:].view(1, 4096)
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        fn(x=x, weight=torch.ones(4096, device="cuda", dtype=torch.bfloat16))
+
+
+@pytest.mark.gpu
 def test_non_contiguous_input_is_rejected():
     device = REGISTRY.device("cuda")
     op = REGISTRY.op("RMSNormFwd")
