@@ -5,7 +5,7 @@
 # RESULTS names the results file ($OUT/RESULTS.jsonl, reports beside it); ARGS go to `npuops run`
 # (e.g. --op RMSNormFwd,LayerNormFwd). GPU_TESTS (default: every test marked gpu) picks the tests;
 # RUN_TIMEOUT / TEST_TIMEOUT (seconds) keep the call inside the device's 10-minute limit.
-# .devkit comes from ../shared/devkit/pack-tilelang; .whl holds extra wheels (e.g. liger-kernel).
+# .devkit comes from ../shared/devkit/pack-tilelang; .whl from scripts/pack-wheels.sh (liger-kernel).
 set -uo pipefail
 name=$1; shift
 export PYTHONUNBUFFERED=1 TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tilelang-cache}
