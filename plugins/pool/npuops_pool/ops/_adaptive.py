@@ -53,6 +53,12 @@ class AdaptivePoolOp(PoolOp):
             for size, out in zip(self.spatial_in(w), self.output_size(w, cfg), strict=True)
         )
 
+    def pooling(self, w):
+        from ..pool_kernel import Pooling
+
+        cfg = self.config(w)
+        return Pooling(self.reduction, self.spatial_in(w), self.output_size(w, cfg), adaptive=True)
+
     def torch_impl(self, w):
         cfg = self.config(w)
         pool = self.torch_pool

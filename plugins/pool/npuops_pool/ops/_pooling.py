@@ -80,6 +80,22 @@ class PoolOp(Op):
             raise WorkloadError(f"{where}: dtype {w.dtype!r} must be a floating-point dtype")
         self.axes(w, cfg)
 
+    reduction: ClassVar[str] = "avg"  # "max" for the max pools: what the TileLang kernel computes
+
+    def pooling(self, w):
+        """What the TileLang pooling kernel computes for ``w`` (a ``pool_kernel.Pooling``)."""
+        raise NotImplementedError
+
+    def kernel_unsupported(self, w) -> str | None:
+        if self.config(w).get("return_indices", False):
+            return "the TileLang pooling kernel returns values only; return_indices takes the torch path"
+        return None
+
+    def tilelang_build(self, w, device):
+        from ..pool_kernel import pool_kernel
+
+        return pool_kernel(self.pooling(w), w.shapes["input"], w.dtype_of("input")).compile(device)
+
     def spatial_in(self, w) -> tuple[int, ...]:
         return tuple(w.shapes["input"][2:])
 

@@ -41,6 +41,16 @@ class WindowPoolOp(PoolOp):
             raise WorkloadError(f"{where}: param 'divisor_override' must be nonzero (or absent)")
         return window_axes(where, cfg, self.spatial_in(w), SPATIAL_NAMES[self.spatial_dims])
 
+    def pooling(self, w):
+        from ..pool_kernel import Pooling
+
+        cfg = self.config(w)
+        geometry = window_geometry(self.name, cfg, self.spatial_dims)
+        return Pooling(self.reduction, self.spatial_in(w), tuple(axis.out for axis in self.axes(w, cfg)),
+                       geometry["kernel_size"], geometry["stride"], geometry["padding"], geometry["dilation"],
+                       count_include_pad=cfg.get("count_include_pad", True),
+                       divisor_override=cfg.get("divisor_override"))
+
     def pool_kwargs(self, cfg) -> dict:
         """Everything ``torch_pool`` takes besides the input, the geometry as per-dim tuples."""
         geometry = window_geometry(self.name, cfg, self.spatial_dims)
@@ -59,3 +69,4 @@ class MaxPoolOp(WindowPoolOp):
     """Base of ``MaxPool{1,2,3}dFwd``."""
 
     tolerances = EXACT
+    reduction = "max"

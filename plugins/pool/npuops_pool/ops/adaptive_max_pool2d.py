@@ -19,3 +19,4 @@ class AdaptiveMaxPool2dFwd(AdaptivePoolOp):
     params = {**adaptive_params(spatial_dims), "return_indices": RETURN_INDICES}
     torch_pool = staticmethod(F.adaptive_max_pool2d)
     tolerances = EXACT
+    reduction = "max"

@@ -1,0 +1,114 @@
+"""The one TileLang template behind every pooling kernel of this plugin.
+
+Any pooling here is, per spatial dim, a set of taps for each output position; the kernel views the
+input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1), gives each thread
+one output element, and visits its window's taps with bounds checks: max with NaN propagating
+(PyTorch's ``val > max || isnan(val)``), or an fp32 sum divided as PyTorch divides. Sliding
+windows start at ``o * stride - padding`` with ``kernel`` taps ``dilation`` apart; adaptive
+windows cover ``[floor(o * n / m), ceil((o + 1) * n / m))``.
+
+TileLang is imported when a kernel is built.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from npuops.kernels import KernelSpec, tilelang_dtype
+
+F32 = "float32"
+BLOCK = 256  # threads per block, one output element each
+
+
+@dataclass(frozen=True)
+class Pooling:
+    mode: str  # "max" or "avg"
+    spatial_in: tuple[int, ...]
+    spatial_out: tuple[int, ...]
+    # Sliding windows (ignored when adaptive), one value per spatial dim:
+    kernel: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    adaptive: bool = False
+    count_include_pad: bool = True
+    divisor_override: int | None = None
+
+
+def _as_3d(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
+    return (fill,) * (3 - len(values)) + tuple(values)
+
+
+def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> KernelSpec:
+    import tilelang.language as T
+
+    dt = tilelang_dtype(dtype)
+    planes = math.prod(input_shape[:2])
+    D, H, W = _as_3d(spec.spatial_in, 1)
+    oD, oH, oW = _as_3d(spec.spatial_out, 1)
+    total = planes * oD * oH * oW
+    if spec.adaptive:
+        # Longest adaptive window per dim: the tap count each thread visits (shorter ones masked).
+        taps = tuple(max(-(-(o + 1) * n // m) - o * n // m for o in range(m))
+                     for n, m in zip((D, H, W), (oD, oH, oW), strict=True))
+        stride = padding = (0, 0, 0)
+        dilation = (1, 1, 1)
+    else:
+        taps = _as_3d(spec.kernel, 1)
+        stride, padding, dilation = _as_3d(spec.stride, 1), _as_3d(spec.padding, 0), _as_3d(spec.dilation, 1)
+    (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = taps, stride, padding, dilation
+
+    def window(o, n, m, s, p):
+        """(first tap, end of the window) along one dim for output position o."""
+        if spec.adaptive:
+            return (o * n) // m, ((o + 1) * n + m - 1) // m
+        return o * s - p, n  # sliding windows end at the input's edge; taps past it are skipped
+
+    @T.prim_func
+    def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
+        with T.Kernel(T.ceildiv(total, BLOCK), threads=BLOCK) as bx:
+            acc = T.alloc_var(F32)
+            count = T.alloc_var(T.int32)
+            idx = bx * BLOCK + T.get_thread_binding()
+            if idx < total:
+                ow = idx % oW
+                oh = (idx // oW) % oH
+                od = (idx // (oW * oH)) % oD
+                plane = idx // (oW * oH * oD)
+                d0, d_end = window(od, D, oD, sD, pD)
+                h0, h_end = window(oh, H, oH, sH, pH)
+                w0, w_end = window(ow, W, oW, sW, pW)
+                acc = -T.infinity(F32) if spec.mode == "max" else 0.0
+                count = 0
+                for i, j, k in T.grid(kD, kH, kW):
+                    d = d0 + i * dD
+                    h = h0 + j * dH
+                    w = w0 + k * dW
+                    if d >= 0 and d < d_end and h >= 0 and h < h_end and w >= 0 and w < w_end:
+                        v = T.Cast(F32, X[plane, d, h, w])
+                        if spec.mode == "max":
+                            acc = T.if_then_else(v > acc or T.isnan(v), v, acc)
+                        else:
+                            acc = acc + v
+                            count = count + 1
+                if spec.mode == "max":
+                    Y[plane, od, oh, ow] = T.Cast(dt, acc)
+                elif spec.divisor_override is not None:
+                    Y[plane, od, oh, ow] = T.Cast(dt, acc / T.float32(spec.divisor_override))
+                elif spec.adaptive or not spec.count_include_pad:
+                    Y[plane, od, oh, ow] = T.Cast(dt, acc / T.Cast(F32, T.max(count, 1)))
+                else:
+                    # PyTorch counts the padding taps, but not taps a ceil-mode window runs past
+                    # the padded input.
+                    size = ((T.min(d0 + kD, D + pD) - d0) * (T.min(h0 + kH, H + pH) - h0)
+                            * (T.min(w0 + kW, W + pW) - w0))
+                    Y[plane, od, oh, ow] = T.Cast(dt, acc / T.Cast(F32, size))
+
+    output_shape = (*input_shape[:2], *spec.spatial_out)
+    return KernelSpec(
+        main,
+        (("input", (planes, D, H, W)), ("output", (planes, oD, oH, oW))),
+        {"output": dtype},
+        (("output", output_shape),),
+        {"threads": BLOCK, "outputs_per_thread": 1, "taps": taps},
+    )

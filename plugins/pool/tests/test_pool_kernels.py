@@ -1,0 +1,85 @@
+"""Our TileLang pooling kernels: compile for sm_90 anywhere (CPU CI); on a GPU (marker ``gpu``)
+every catalog workload and the edge cases pass the correctness gate, and NaN propagates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from npuops.check import check
+from npuops.kernels import compile_kernel
+from npuops.registry import load_registry
+
+pytest.importorskip("tilelang")
+
+from test_pool import AVG_CASES, MAX_CASES, make_workload  # noqa: E402  (the reference tests' cases)
+
+REGISTRY = load_registry(strict=True)
+POOL_OPS = sorted(name for name, op in REGISTRY.ops.items() if op.family == "pool")
+EDGE_CASES = AVG_CASES + MAX_CASES + [
+    ("MaxPool1dFwd", (1, 2, 3), dict(kernel_size=5, stride=1, padding=2)),  # window wider than the input
+    ("AvgPool1dFwd", (1, 2, 3), dict(kernel_size=5, stride=1, padding=2)),
+    ("AvgPool2dFwd", (1, 3, 6, 6), dict(kernel_size=6)),  # output size 1
+    ("AvgPool2dFwd", (1, 2, 5, 5), dict(kernel_size=2, stride=2, padding=1, ceil_mode=True)),  # last window in padding
+    ("AdaptiveAvgPool2dFwd", (1, 3, 5, 7), dict(output_size=[3, 4])),
+    ("AdaptiveMaxPool2dFwd", (2, 2, 9, 4), dict(output_size=[4, 4])),
+]
+
+
+def test_every_pool_op_has_a_kernel():
+    assert len(POOL_OPS) == 8
+    assert all(any(i.name == "tilelang" for i in REGISTRY.impls_for(name)) for name in POOL_OPS)
+
+
+@pytest.mark.parametrize("op_name", POOL_OPS)
+def test_kernel_compiles_for_sm90(op_name):
+    from npuops_pool.pool_kernel import pool_kernel
+
+    op = REGISTRY.op(op_name)
+    w = op.workloads[0]
+    spec = pool_kernel(op.pooling(w), w.shapes["input"], w.dtype_of("input"))
+    assert "__global__" in compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+    # The kernel's output is the op's output.
+    assert spec.returns[0][1] == op.outputs(w)[0][0]
+
+
+def test_indices_take_the_torch_path_with_the_reason():
+    op = REGISTRY.op("MaxPool2dFwd")
+    w = make_workload("MaxPool2dFwd", (1, 2, 8, 8), kernel_size=2, return_indices=True)
+    assert "values only" in op.kernel_unsupported(w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", POOL_OPS)
+def test_kernel_passes_the_gate_on_every_catalog_workload(op_name):
+    device = REGISTRY.device("cuda")
+    op, impl = REGISTRY.op(op_name), REGISTRY.implementation(op_name, "tilelang")
+    for w in op.workloads:
+        result = check(op, w, impl.build(op, w, device.torch_device()), device, seed=4)
+        assert result.ok, f"{w.key}: {result.detail}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name,shape,params", EDGE_CASES)
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+def test_kernel_passes_the_gate_on_edge_cases(op_name, shape, params, dtype):
+    device = REGISTRY.device("cuda")
+    op, impl = REGISTRY.op(op_name), REGISTRY.implementation(op_name, "tilelang")
+    w = make_workload(op_name, shape, dtype, **params)
+    result = check(op, w, impl.build(op, w, device.torch_device()), device, seed=9)
+    assert result.ok, result.detail
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name,params", [("MaxPool2dFwd", dict(kernel_size=3, stride=2, padding=1)),
+                                            ("AdaptiveMaxPool2dFwd", dict(output_size=[3, 3])),
+                                            ("AvgPool2dFwd", dict(kernel_size=3, stride=2, padding=1))])
+def test_nan_propagates_as_in_pytorch(op_name, params):
+    device = REGISTRY.device("cuda")
+    op, impl = REGISTRY.op(op_name), REGISTRY.implementation(op_name, "tilelang")
+    w = make_workload(op_name, (1, 2, 9, 9), "f32", **params)
+    x = torch.randn(1, 2, 9, 9, device="cuda")
+    x[0, 0, 4, 4] = float("nan")
+    out = impl.build(op, w, device.torch_device())(input=x)
+    assert op.compare(out, op.reference({"input": x}, w), w).ok
+    assert torch.isnan(out[0, 0]).any() and not torch.isnan(out[0, 1]).any()
