@@ -1,1 +1,18 @@
-"""npuops pooling family (plugin ``pool``)."""
+"""npuops pooling family (plugin ``pool``): the ops, their workloads and our kernels, and the
+functions to call from model code (``npuops_pool.max_pool2d(x, 3, 2, 1)``, ...)."""
+
+from .functional import (
+    adaptive_avg_pool2d,
+    adaptive_max_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    avg_pool3d,
+    max_pool1d,
+    max_pool2d,
+    max_pool3d,
+)
+
+__all__ = [
+    "adaptive_avg_pool2d", "adaptive_max_pool2d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+    "max_pool1d", "max_pool2d", "max_pool3d",
+]
