@@ -26,7 +26,9 @@ CASES = [
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_matches_torch_functional(ours, theirs, shape, args, kwargs, dtype):
     x = torch.randn(shape).to(dtype)
-    torch.testing.assert_close(ours(x, *args, **kwargs), theirs(x, *args, **kwargs))
+    # PyTorch's CPU avg_pool3d has no bf16 kernel: compare with its f32 result, rounded.
+    expected = theirs(x.float(), *args, **kwargs).to(dtype)
+    torch.testing.assert_close(ours(x, *args, **kwargs), expected)
 
 
 def test_traces_in_torch_compile():
