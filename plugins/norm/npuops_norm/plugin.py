@@ -3,10 +3,9 @@
 from importlib.resources import files
 
 from npuops import discover_op_classes, hookimpl, load_catalog, ops_from_catalog
-from npuops.kernels import tilelang_implementation
+from npuops.kernels import kernel_implementations
 
 from .liger import liger_implementations
-from .ops._single_pass import SinglePassNormOp
 
 
 @hookimpl
@@ -17,10 +16,5 @@ def npuops_ops():
 
 @hookimpl
 def npuops_implementations(ops):
-    ours = [op for op in ops.values()
-            if isinstance(op, SinglePassNormOp) and any(op.kernel_unsupported(w) is None for w in op.workloads)]
-    return liger_implementations(ops) + [
-        tilelang_implementation(op.name, lambda op, w, device: op.tilelang_build(w, device),
-                                supports=lambda op, w: op.kernel_unsupported(w), description=op.kernel_description)
-        for op in ours
-    ]
+    mine = [op for op in ops.values() if type(op).__module__.startswith(__package__)]
+    return liger_implementations(ops) + kernel_implementations(mine, "TileLang row kernel")

@@ -3,7 +3,7 @@
 from importlib.resources import files
 
 from npuops import discover_op_classes, hookimpl, load_catalog, ops_from_catalog
-from npuops.kernels import tilelang_implementation
+from npuops.kernels import kernel_implementations
 
 
 @hookimpl
@@ -14,9 +14,5 @@ def npuops_ops():
 
 @hookimpl
 def npuops_implementations(ops):
-    return [
-        tilelang_implementation(op.name, lambda op, w, device: op.tilelang_build(w, device),
-                                supports=lambda op, w: op.kernel_unsupported(w),
-                                description="TileLang pooling: one thread per output, window taps bounds-checked")
-        for op in ops.values() if op.family == "pool"
-    ]
+    mine = [op for op in ops.values() if type(op).__module__.startswith(__package__)]
+    return kernel_implementations(mine, "TileLang pooling: one thread per output, window taps bounds-checked")
