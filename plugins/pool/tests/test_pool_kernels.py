@@ -3,10 +3,13 @@ every catalog workload and the edge cases pass the correctness gate, and NaN pro
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from npuops.check import check
+from npuops.devices import CPUDevice
 from npuops.kernels import compile_kernel
 from npuops.registry import load_registry
 
@@ -41,6 +44,52 @@ def test_kernel_compiles_for_sm90(op_name):
     assert "__global__" in compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
     # The kernel's output is the op's output.
     assert spec.returns[0][1] == op.outputs(w)[0][0]
+
+
+def cpu_kernel(op, w):
+    """Our pooling kernel built for TileLang's CPU target: the same code, checkable without a GPU."""
+    from npuops.kernels import CPU_TARGET
+    from npuops_pool.pool_kernel import pool_kernel
+
+    spec = pool_kernel(op.pooling(w), w.shapes["input"], w.dtype_of("input"))
+    return spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
+
+
+def shrunk(w):
+    """A catalog workload with N=1, C=2 (same spatial geometry), small enough for the CPU."""
+    shape = [1, 2, *w.shapes["input"][2:]]
+    return dataclasses.replace(w, shapes={"input": shape}, params={**w.params, "N": 1, "C": 2})
+
+
+CATALOG = [(name, w.id) for name in POOL_OPS for w in REGISTRY.op(name).workloads]
+
+
+@pytest.mark.parametrize("op_name,workload_id", CATALOG)
+def test_kernel_logic_matches_the_reference_on_the_cpu_target(op_name, workload_id):
+    op = REGISTRY.op(op_name)
+    w = dataclasses.replace(shrunk(op.workload(workload_id)), dtype="f32")
+    result = check(op, w, cpu_kernel(op, w), CPUDevice(), seed=6)
+    assert result.ok, result.detail
+
+
+@pytest.mark.parametrize("op_name,shape,params", EDGE_CASES)
+def test_kernel_logic_on_edge_cases_on_the_cpu_target(op_name, shape, params):
+    op = REGISTRY.op(op_name)
+    w = make_workload(op_name, shape, "f32", **params)
+    result = check(op, w, cpu_kernel(op, w), CPUDevice(), seed=8)
+    assert result.ok, result.detail
+
+
+@pytest.mark.parametrize("op_name,params", [("MaxPool2dFwd", dict(kernel_size=3, stride=2, padding=1)),
+                                            ("AdaptiveMaxPool2dFwd", dict(output_size=[3, 3]))])
+def test_kernel_propagates_nan_on_the_cpu_target(op_name, params):
+    op = REGISTRY.op(op_name)
+    w = make_workload(op_name, (1, 2, 9, 9), "f32", **params)
+    x = torch.randn(1, 2, 9, 9)
+    x[0, 0, 4, 4] = float("nan")
+    out = cpu_kernel(op, w)(input=x)
+    assert op.compare(out, op.reference({"input": x}, w), w).ok
+    assert torch.isnan(out[0, 0]).any() and not torch.isnan(out[0, 1]).any()
 
 
 def test_indices_take_the_torch_path_with_the_reason():
