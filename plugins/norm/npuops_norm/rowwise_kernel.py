@@ -69,7 +69,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     rows = math.prod(shape[:-1]) // segs
     dt = tilelang_dtype(dtype)
     G = spec.groups if segs == 1 else segs
-    n = hidden // G
+    n = hidden // spec.groups  # elements of one group (or one whole segment)
     threads, padded = launch_threads(hidden * segs, dtype.itemsize)
     if segs > 1:
         padded = hidden * segs
@@ -209,4 +209,4 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     else:
         outputs = {"y": dtype}
     return KernelSpec(main, tuple(params), outputs, returns,
-                      {"threads": threads, "rows_per_block": 1, "padded_to": padded})
+                      {"threads": threads, "rows_per_block": 1, "padded_to": padded, "masked": m != n})

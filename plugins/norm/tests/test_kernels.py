@@ -81,6 +81,16 @@ def test_kernel_parameters_match_the_op(op_name):
     assert [tuple(shape) for _, shape in spec.returns] == [tuple(t.shape) for t in outputs]
 
 
+def test_segments_hold_whole_rows():
+    """dim=[0, 2] of [4, 128, 4096]: 128 blocks, each holding 4 whole 4096-long segments, unmasked."""
+    from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
+
+    spec = rowwise_kernel(RowNorm("l2", 1e-12, segments=4), (4, 128, 4096), torch.float16)
+    assert dict(spec.params)["x"] == (4, 128, 4096) and spec.config["padded_to"] == 4 * 4096
+    assert not spec.config["masked"]
+    assert "__global__" in compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+
+
 def test_normalize_over_other_dims_says_why_it_has_no_kernel():
     op = REGISTRY.op("L2NormFwd")
     assert op.kernel_unsupported(op.workload("W1")) is None  # dim [0, 2] of [4, 128, 4096]
