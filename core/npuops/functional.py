@@ -115,14 +115,24 @@ def _pick(fn: OpFunction, outputs: Any, tensors: dict[str, torch.Tensor]) -> Any
 
 
 def define_function(fn: OpFunction) -> Callable[..., Any]:
-    def compute(*args, **kwargs):
+    def resolve(args, kwargs):
+        """(tensors, the kernel this call runs or None, the torch formulation), inputs checked."""
         tensors, params = _bind(fn, args, kwargs)
         first = tensors[fn.inputs[0]]
         kernel, formulation, expected = _signature(fn, first.device, tuple(first.shape), first.dtype, params)
         _check(fn, tensors, expected)
         # Strided or misaligned views take the torch path rather than a copy.
-        takes_kernel = kernel is not None and not any(layout_problem(t) for t in tensors.values())
-        return _pick(fn, (kernel if takes_kernel else formulation)(**tensors), tensors)
+        if any(layout_problem(t) for t in tensors.values()):
+            kernel = None
+        return tensors, kernel, formulation
+
+    def compute(*args, **kwargs):
+        tensors, kernel, formulation = resolve(args, kwargs)
+        return _pick(fn, (kernel or formulation)(**tensors), tensors)
+
+    def kernel_for(*args, **kwargs):
+        """The kernel a call with these arguments runs (None: the torch formulation)."""
+        return resolve(args, kwargs)[1]
 
     def fake(*args, **kwargs):
         tensors, params = _bind(fn, args, kwargs)
@@ -135,4 +145,5 @@ def define_function(fn: OpFunction) -> Callable[..., Any]:
 
     op = torch.library.custom_op(fn.qualname, compute, mutates_args=fn.mutates, schema=fn.schema)
     op.register_fake(fake)
+    op.kernel_for = kernel_for
     return op

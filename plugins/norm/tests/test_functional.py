@@ -93,6 +93,11 @@ def test_bad_input_says_what_is_expected(call, message):
     assert message in str(err.value)
 
 
+def test_cpu_calls_run_the_torch_formulation():
+    _, _, inputs = make("RMSNormFwd", {})
+    assert F.rms_norm.kernel_for(inputs["x"], inputs["weight"]) is None
+
+
 def test_layout_problems_are_named():
     from npuops.kernels import layout_problem
 
@@ -100,3 +105,17 @@ def test_layout_problems_are_named():
     assert layout_problem(x) is None
     assert "contiguous" in layout_problem(x.t())
     assert "16-byte boundary" in layout_problem(x.view(-1)[1:])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn, op_name, order, params", CASES, ids=[c[1] for c in CASES])
+def test_cuda_calls_run_our_kernel_and_match_the_reference(fn, op_name, order, params):
+    op, w, inputs = make(op_name, params, "bf16", shape=(33, 4096))
+    inputs = {k: v.cuda() for k, v in inputs.items()}
+    expected = op.reference({k: v.clone() for k, v in inputs.items()}, w)
+    out = fn(*(inputs[n] for n in order), **params)
+    outs = out if isinstance(out, tuple) else (out,)
+    refs = expected if isinstance(expected, tuple) else (expected,)
+    for o, r in zip(outs, refs):
+        assert o.is_cuda and compare_tensors(o, r, op.tolerance(o.dtype)).ok
+    assert fn.kernel_for(*(inputs[n] for n in order), **params) is not None, "the torch path ran, not ours"
