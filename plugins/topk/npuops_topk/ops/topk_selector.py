@@ -89,6 +89,17 @@ class TopkSelectorFwd(Op):
             "ends": ends.expand(batch, seq_len).contiguous(),
         }
 
+    def kernel_unsupported(self, w):
+        if w.dtype_of("index_score") != torch.float32:
+            return f"the TileLang selector reads f32 scores, not {w.dtype}"
+        return None
+
+    def tilelang_build(self, w, device):
+        from ..select_kernel import select_kernel
+
+        cfg = self.config(w)
+        return select_kernel(*w.shapes["index_score"], cfg["topk"]).compile(device)
+
     def torch_impl(self, w):
         topk = self.config(w)["topk"]
 
