@@ -3,7 +3,8 @@
 
 Scores become order-preserving 32-bit keys (negative floats bit-flipped, others with the sign bit
 set). Four rounds, one per key byte from the top, each count the valid keys that match the bytes
-found so far into a 256-bin shared histogram and pick the byte of the k-th largest key; after them
+found so far into a 256-bin shared histogram, turn it into counts from the top with a parallel
+scan, and pick the byte of the k-th largest key; after them
 the threshold key T is known. A final pass writes every key above T to the next free slot and as
 many keys equal to T as are still needed (ties: any of them), then fills the slots a short row
 leaves with -1. Exact for every range length (including 0) and any score distribution, with no
@@ -37,13 +38,13 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
              Starts: T.Tensor((batch, seq_len), "int32"), Ends: T.Tensor((batch, seq_len), "int32"),
              Indices: T.Tensor((batch, seq_len, kv_group, topk), "int32")):
         with T.Kernel(rows, threads=THREADS) as r:
-            # [0, 256): the byte histogram; [256]: slots taken above the threshold; [257]: ties seen.
-            # One shared buffer: TileLang's CPU target allows a single one.
-            shared = T.alloc_shared((RADIX + 2,), "int32")
+            # One shared buffer (TileLang's CPU target allows a single one): [0, 256) the byte
+            # histogram, turned in place into counts from the top; [256, 512) the scan's scratch;
+            # [512] the chosen byte; [513] slots taken above the threshold; [514] ties seen.
+            shared = T.alloc_shared((2 * RADIX + 3,), "int32")
+            BYTE, ABOVE, TIES = 2 * RADIX, 2 * RADIX + 1, 2 * RADIX + 2
             threshold = T.alloc_var("uint32")
             need = T.alloc_var("int32")  # keys still to take among those matching the threshold so far
-            byte = T.alloc_var("int32")
-            above = T.alloc_var("int32")
             b = r // (seq_len * kv_group)
             s = (r // kv_group) % seq_len
             g = r % kv_group
@@ -63,31 +64,35 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                             key = key_of(Scores[b, s, pos, g])
                             if rnd == 0 or (key >> (shift + 8)) == (threshold >> (shift + 8)):
                                 T.atomic_add(shared[T.Cast("int32", (key >> shift) & T.uint32(RADIX - 1))], 1)
-                # Every thread scans the histogram alike: the byte where the count from the top
-                # reaches `need`, then how many matching keys lie strictly above it.
-                above = 0
-                byte = 0
-                for k in T.serial(RADIX):
-                    if above < need and above + shared[RADIX - 1 - k] >= need:
-                        byte = RADIX - 1 - k
-                    above = above + T.if_then_else(above < need, shared[RADIX - 1 - k], 0)
-                above = 0
-                for k in T.serial(RADIX):
-                    if RADIX - 1 - k > byte:
-                        above = above + shared[RADIX - 1 - k]
-                need = need - above
-                threshold = threshold | (T.Cast("uint32", byte) << shift)
+                # Every thread's atomics must land before the scan reads the histogram (TileLang's
+                # own sync here covers only the scan's 256 threads).
+                T.sync_threads()
+                # Counts from the top (shared[d] = keys with byte >= d), in log2(256) parallel steps.
+                for level in T.serial(8):
+                    for i in T.Parallel(RADIX):
+                        shared[RADIX + i] = shared[i] + T.if_then_else(i + (1 << level) < RADIX,
+                                                                       shared[T.min(i + (1 << level), RADIX - 1)], 0)
+                    for i in T.Parallel(RADIX):
+                        shared[i] = shared[RADIX + i]
+                # The byte of the need-th largest matching key: where the count from the top
+                # reaches `need` (need > 0 whenever any key is valid).
+                shared[BYTE] = 0
+                for i in T.Parallel(RADIX):
+                    if shared[i] >= need and (i == RADIX - 1 or shared[T.min(i + 1, RADIX - 1)] < need):
+                        shared[BYTE] = i
+                threshold = threshold | (T.Cast("uint32", shared[BYTE]) << shift)
+                need = need - T.if_then_else(shared[BYTE] < RADIX - 1, shared[T.min(shared[BYTE] + 1, RADIX - 1)], 0)
             for i in T.Parallel(2):
-                shared[RADIX + i] = 0
+                shared[ABOVE + i] = 0
             for step in T.serial(T.ceildiv(seq_len_kv, THREADS)):
                 for i in T.Parallel(THREADS):
                     pos = step * THREADS + i
                     if pos >= start and pos < end:
                         key = key_of(Scores[b, s, pos, g])
                         if key > threshold:
-                            Indices[b, s, g, T.atomic_add(shared[RADIX], 1, return_prev=True)] = pos
+                            Indices[b, s, g, T.atomic_add(shared[ABOVE], 1, return_prev=True)] = pos
                         elif key == threshold:
-                            tie = T.atomic_add(shared[RADIX + 1], 1, return_prev=True)
+                            tie = T.atomic_add(shared[TIES], 1, return_prev=True)
                             if tie < need:
                                 Indices[b, s, g, taken - need + tie] = pos
             for i in T.Parallel(topk):
