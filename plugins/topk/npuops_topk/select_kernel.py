@@ -2,14 +2,17 @@
 (query row, kv group).
 
 Scores become order-preserving 32-bit keys (negative floats bit-flipped, others with the sign bit
-set). Four rounds, one per key byte from the top, each count the valid keys that match the bytes
-found so far into a 256-bin shared histogram, turn it into counts from the top with a parallel
-scan, and pick the byte of the k-th largest key; after them
-the threshold key T is known. A final pass writes every key above T to the next free slot and as
-many keys equal to T as are still needed (ties: any of them), then fills the slots a short row
-leaves with -1. Exact for every range length (including 0) and any score distribution, with no
-candidate buffer that could overflow; the price is five reads of each row (a first-byte pass that
-keeps a bounded candidate list, as TileLang's DeepSeek-V3.2 example does, is the next step).
+set), selected digit by digit from the top (12, 8, 8 and 4 bits): each round counts the keys that
+agree with the digits found so far into a shared histogram, turns it into counts from the top with
+a parallel scan, and picks the digit of the k-th largest key, until the threshold key T is known.
+
+One read of the row counts the first digit; a second writes every key above T's first digit to
+the next free slot and keeps the positions of the keys sharing it (a few hundred on typical
+scores) in shared memory, where the later rounds and the final pick work. Keys above T take the
+next slots, keys equal to T fill the remaining ones (ties: any of them), and the slots a short row
+leaves get -1. A row with more keys sharing T's first digit than the list holds (say, thousands of
+equal scores) takes the exact fallback: the later rounds and the pick re-read the row. Exact for
+every range length (including 0) and every score distribution.
 
 Written with tile-level operators only (no thread indices), so it also builds for TileLang's CPU
 target, where the tests check it against the reference without a GPU. TileLang is imported when a
@@ -21,30 +24,88 @@ import torch
 from npuops.kernels import KernelSpec
 
 THREADS = 1024  # keys visited per step of a row
-RADIX = 256
+# Digit rounds over the 32-bit key, top first: (shift, bits). The first, 12 bits wide (sign,
+# exponent, 3 mantissa bits), leaves few keys beside the threshold for the later rounds.
+ROUNDS = ((20, 12), (12, 8), (4, 8), (0, 4))
+BINS = 1 << max(bits for _, bits in ROUNDS)
+CANDIDATES = 3072  # keys of the threshold's first digit kept in shared memory (positions)
 
 
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int) -> KernelSpec:
     import tilelang.language as T
 
     rows = batch * seq_len * kv_group
+    # One shared int32 buffer (TileLang's CPU target allows a single one):
+    HIST, SCRATCH, CAND = 0, BINS, 2 * BINS  # histogram / counts from the top, scan scratch, candidates
+    CHOSEN, ABOVE, TIES, COUNT = (2 * BINS + CANDIDATES + i for i in range(4))
 
     def key_of(score):
         bits = T.reinterpret(score, "uint32")
         return T.if_then_else(score < 0, ~bits, bits | T.uint32(0x80000000))
+
+    def digit(key, shift, bits):
+        return T.Cast("int32", (key >> shift) & T.uint32((1 << bits) - 1))
+
+    def matches(key, threshold, shift, bits):
+        """key agrees with the threshold on the digits above this round's."""
+        return True if shift + bits == 32 else (key >> (shift + bits)) == (threshold >> (shift + bits))
+
+    @T.macro
+    def count_row(shared, Scores, b, s, g, start, end, threshold, shift, bits):
+        for step in T.serial(T.ceildiv(seq_len_kv, THREADS)):
+            for i in T.Parallel(THREADS):
+                pos = step * THREADS + i
+                if pos >= start and pos < end:
+                    key = key_of(Scores[b, s, pos, g])
+                    if matches(key, threshold, shift, bits):
+                        T.atomic_add(shared[HIST + digit(key, shift, bits)], 1)
+
+    @T.macro
+    def count_candidates(shared, Scores, b, s, g, threshold, shift, bits):
+        for step in T.serial(T.ceildiv(CANDIDATES, THREADS)):
+            for i in T.Parallel(THREADS):
+                if step * THREADS + i < shared[COUNT]:
+                    key = key_of(Scores[b, s, shared[CAND + T.min(step * THREADS + i, CANDIDATES - 1)], g])
+                    if matches(key, threshold, shift, bits):
+                        T.atomic_add(shared[HIST + digit(key, shift, bits)], 1)
+
+    @T.macro
+    def choose_digit(shared, need, bits):
+        """Counts from the top (shared[HIST + d] = counted keys with digit >= d), by a parallel
+        scan; then the digit where that count reaches ``need`` goes to shared[CHOSEN]."""
+        # Every thread's atomics must land first (TileLang's own sync here would cover only the
+        # scan's threads).
+        T.sync_threads()
+        n = 1 << bits
+        for level in T.serial(bits):
+            for i in T.Parallel(n):
+                shared[SCRATCH + i] = shared[HIST + i] + T.if_then_else(
+                    i + (1 << level) < n, shared[HIST + T.min(i + (1 << level), n - 1)], 0)
+            for i in T.Parallel(n):
+                shared[HIST + i] = shared[SCRATCH + i]
+        shared[CHOSEN] = 0
+        for i in T.Parallel(n):
+            if shared[HIST + i] >= need and (i == n - 1 or shared[HIST + T.min(i + 1, n - 1)] < need):
+                shared[CHOSEN] = i
+
+    def above_chosen(shared, bits):
+        """Counted keys whose digit is above the chosen one."""
+        n = 1 << bits
+        return T.if_then_else(shared[CHOSEN] < n - 1, shared[HIST + T.min(shared[CHOSEN] + 1, n - 1)], 0)
+
+    @T.macro
+    def clear(shared, first, count):
+        for i in T.Parallel(count):
+            shared[first + i] = 0
 
     @T.prim_func
     def main(Scores: T.Tensor((batch, seq_len, seq_len_kv, kv_group), "float32"),
              Starts: T.Tensor((batch, seq_len), "int32"), Ends: T.Tensor((batch, seq_len), "int32"),
              Indices: T.Tensor((batch, seq_len, kv_group, topk), "int32")):
         with T.Kernel(rows, threads=THREADS) as r:
-            # One shared buffer (TileLang's CPU target allows a single one): [0, 256) the byte
-            # histogram, turned in place into counts from the top; [256, 512) the scan's scratch;
-            # [512] the chosen byte; [513] slots taken above the threshold; [514] ties seen.
-            shared = T.alloc_shared((2 * RADIX + 3,), "int32")
-            BYTE, ABOVE, TIES = 2 * RADIX, 2 * RADIX + 1, 2 * RADIX + 2
-            threshold = T.alloc_var("uint32")
-            need = T.alloc_var("int32")  # keys still to take among those matching the threshold so far
+            shared = T.alloc_shared((2 * BINS + CANDIDATES + 4,), "int32")
+            threshold = T.alloc_var("uint32")  # the digits of the k-th largest key found so far
+            need = T.alloc_var("int32")  # keys still to take among those matching them
             b = r // (seq_len * kv_group)
             s = (r // kv_group) % seq_len
             g = r % kv_group
@@ -53,48 +114,67 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             taken = T.min(T.max(end - start, 0), topk)
             threshold = 0
             need = taken
-            for rnd in T.serial(4):
-                shift = 24 - 8 * rnd
-                for i in T.Parallel(RADIX):
-                    shared[i] = 0
+            shift0, bits0 = ROUNDS[0]
+            clear(shared, HIST, 1 << bits0)
+            clear(shared, ABOVE, 3)
+            count_row(shared, Scores, b, s, g, start, end, threshold, shift0, bits0)
+            choose_digit(shared, need, bits0)
+            first = shared[CHOSEN]
+            threshold = T.Cast("uint32", first) << shift0
+            in_first = shared[HIST + first] - above_chosen(shared, bits0)  # keys sharing the first digit
+            need = need - above_chosen(shared, bits0)
+            if in_first <= CANDIDATES:
+                # Keys above the first digit are selected now; those sharing it become candidates.
+                T.sync_threads()
+                for step in T.serial(T.ceildiv(seq_len_kv, THREADS)):
+                    for i in T.Parallel(THREADS):
+                        pos = step * THREADS + i
+                        if pos >= start and pos < end:
+                            top = digit(key_of(Scores[b, s, pos, g]), shift0, bits0)
+                            if top > first:
+                                Indices[b, s, g, T.atomic_add(shared[ABOVE], 1, return_prev=True)] = pos
+                            elif top == first:
+                                shared[CAND + T.atomic_add(shared[COUNT], 1, return_prev=True)] = pos
+                T.sync_threads()  # every candidate stored before the rounds read the list
+                for shift, bits in ROUNDS[1:]:
+                    clear(shared, HIST, 1 << bits)
+                    count_candidates(shared, Scores, b, s, g, threshold, shift, bits)
+                    choose_digit(shared, need, bits)
+                    threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
+                    need = need - above_chosen(shared, bits)
+                T.sync_threads()
+                for step in T.serial(T.ceildiv(CANDIDATES, THREADS)):
+                    for i in T.Parallel(THREADS):
+                        if step * THREADS + i < shared[COUNT]:
+                            pos = shared[CAND + T.min(step * THREADS + i, CANDIDATES - 1)]
+                            key = key_of(Scores[b, s, pos, g])
+                            if key > threshold:
+                                Indices[b, s, g, T.atomic_add(shared[ABOVE], 1, return_prev=True)] = pos
+                            elif key == threshold:
+                                tie = T.atomic_add(shared[TIES], 1, return_prev=True)
+                                if tie < need:
+                                    Indices[b, s, g, taken - need + tie] = pos
+            else:
+                # Too many keys share the first digit to keep: the later rounds re-read the row.
+                for shift, bits in ROUNDS[1:]:
+                    T.sync_threads()
+                    clear(shared, HIST, 1 << bits)
+                    count_row(shared, Scores, b, s, g, start, end, threshold, shift, bits)
+                    choose_digit(shared, need, bits)
+                    threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
+                    need = need - above_chosen(shared, bits)
+                T.sync_threads()
                 for step in T.serial(T.ceildiv(seq_len_kv, THREADS)):
                     for i in T.Parallel(THREADS):
                         pos = step * THREADS + i
                         if pos >= start and pos < end:
                             key = key_of(Scores[b, s, pos, g])
-                            if rnd == 0 or (key >> (shift + 8)) == (threshold >> (shift + 8)):
-                                T.atomic_add(shared[T.Cast("int32", (key >> shift) & T.uint32(RADIX - 1))], 1)
-                # Every thread's atomics must land before the scan reads the histogram (TileLang's
-                # own sync here covers only the scan's 256 threads).
-                T.sync_threads()
-                # Counts from the top (shared[d] = keys with byte >= d), in log2(256) parallel steps.
-                for level in T.serial(8):
-                    for i in T.Parallel(RADIX):
-                        shared[RADIX + i] = shared[i] + T.if_then_else(i + (1 << level) < RADIX,
-                                                                       shared[T.min(i + (1 << level), RADIX - 1)], 0)
-                    for i in T.Parallel(RADIX):
-                        shared[i] = shared[RADIX + i]
-                # The byte of the need-th largest matching key: where the count from the top
-                # reaches `need` (need > 0 whenever any key is valid).
-                shared[BYTE] = 0
-                for i in T.Parallel(RADIX):
-                    if shared[i] >= need and (i == RADIX - 1 or shared[T.min(i + 1, RADIX - 1)] < need):
-                        shared[BYTE] = i
-                threshold = threshold | (T.Cast("uint32", shared[BYTE]) << shift)
-                need = need - T.if_then_else(shared[BYTE] < RADIX - 1, shared[T.min(shared[BYTE] + 1, RADIX - 1)], 0)
-            for i in T.Parallel(2):
-                shared[ABOVE + i] = 0
-            for step in T.serial(T.ceildiv(seq_len_kv, THREADS)):
-                for i in T.Parallel(THREADS):
-                    pos = step * THREADS + i
-                    if pos >= start and pos < end:
-                        key = key_of(Scores[b, s, pos, g])
-                        if key > threshold:
-                            Indices[b, s, g, T.atomic_add(shared[ABOVE], 1, return_prev=True)] = pos
-                        elif key == threshold:
-                            tie = T.atomic_add(shared[TIES], 1, return_prev=True)
-                            if tie < need:
-                                Indices[b, s, g, taken - need + tie] = pos
+                            if key > threshold:
+                                Indices[b, s, g, T.atomic_add(shared[ABOVE], 1, return_prev=True)] = pos
+                            elif key == threshold:
+                                tie = T.atomic_add(shared[TIES], 1, return_prev=True)
+                                if tie < need:
+                                    Indices[b, s, g, taken - need + tie] = pos
             for i in T.Parallel(topk):
                 if i >= taken:
                     Indices[b, s, g, i] = -1
@@ -106,5 +186,5 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": THREADS, "radix_rounds": 4, "row_passes": 5},
+        {"threads": THREADS, "digit_bits": [bits for _, bits in ROUNDS], "candidates": CANDIDATES},
     )

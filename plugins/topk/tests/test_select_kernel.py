@@ -58,6 +58,19 @@ def test_ties_pick_any_of_the_equal_scores():
     assert not OP.compare(broken, OP.reference({k: v.clone() for k, v in inputs.items()}, w), w).ok
 
 
+def test_rows_too_crowded_for_the_candidate_list_take_the_exact_fallback():
+    """6000 keys sharing the first digit (1.0 plus low mantissa bits) exceed the 3072 candidates."""
+    from npuops_topk.select_kernel import CANDIDATES
+
+    w = workload((1, 2, 6000, 1), 100, prefix_len=5998)
+    inputs = OP.make_inputs(w, InputRNG("cpu", seed=3))
+    noise = torch.randint(0, 1 << 12, inputs["index_score"].shape, dtype=torch.int32)
+    inputs["index_score"] = (torch.ones_like(inputs["index_score"]).view(torch.int32) | noise).view(torch.float32)
+    assert int((inputs["index_score"] >= 1).sum()) > CANDIDATES
+    out = cpu_selector(w)(**inputs)
+    assert OP.compare(out, OP.reference({k: v.clone() for k, v in inputs.items()}, w), w).ok
+
+
 def test_compiles_for_sm90():
     from npuops_topk.select_kernel import select_kernel
 
