@@ -60,13 +60,18 @@ def _frozen(value: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=512)
-def _signature(fn: OpFunction, device: torch.device, shape: tuple, dtype: torch.dtype, params: tuple):
+def _signature(fn: OpFunction, device: torch.device, tensors: tuple, params: tuple):
     """(our kernel or None, the torch formulation, expected (shape, dtype) per input) for one call
-    signature; built once, then cached."""
+    signature, given (name, shape, dtype) per tensor argument; built once, then cached."""
     registry = _registry()
     op = registry.op(fn.op)
-    w = Workload(fn.op, "call", "call", dtype_name(dtype), {fn.shape_name: shape},
-                 params={k: v for k, v in params if v is not None})
+    (_, shape, dtype), *others = tensors
+    # The first tensor fills the workload's main shape; others the op names as workload tensors
+    # (top-k's starts and ends) too, with their dtype where it differs.
+    named = {name: (s, d) for name, s, d in others if name in op.required_tensors + op.optional_tensors}
+    w = Workload(fn.op, "call", "call", dtype_name(dtype), {fn.shape_name: shape, **{n: s for n, (s, _) in named.items()}},
+                 params={k: v for k, v in params if v is not None},
+                 shape_dtypes={n: dtype_name(d) for n, (_, d) in named.items() if d != dtype})
     try:
         op.validate(w)
     except WorkloadError as exc:
@@ -89,6 +94,10 @@ def _bind(fn: OpFunction, args: tuple, kwargs: dict) -> tuple[dict[str, torch.Te
         raise ValueError(f"{fn.name}: {fn.inputs[0]} must be a bf16, f16 or f32 tensor with at least one dim, "
                          f"got {first.dtype} of shape {list(first.shape)}")
     return tensors, params
+
+
+def _described(tensors: dict[str, torch.Tensor]) -> tuple:
+    return tuple((name, tuple(int(size) for size in t.shape), t.dtype) for name, t in tensors.items())
 
 
 def _check(fn: OpFunction, tensors: dict[str, torch.Tensor], expected: dict[str, tuple]) -> None:
@@ -119,7 +128,7 @@ def define_function(fn: OpFunction) -> Callable[..., Any]:
         """(tensors, the kernel this call runs or None, the torch formulation), inputs checked."""
         tensors, params = _bind(fn, args, kwargs)
         first = tensors[fn.inputs[0]]
-        kernel, formulation, expected = _signature(fn, first.device, tuple(first.shape), first.dtype, params)
+        kernel, formulation, expected = _signature(fn, first.device, _described(tensors), params)
         _check(fn, tensors, expected)
         # Strided or misaligned views take the torch path rather than a copy.
         if any(layout_problem(t) for t in tensors.values()):
@@ -136,11 +145,9 @@ def define_function(fn: OpFunction) -> Callable[..., Any]:
 
     def fake(*args, **kwargs):
         tensors, params = _bind(fn, args, kwargs)
-        first = tensors[fn.inputs[0]]
         # The workload needs concrete sizes (symbolic ones specialize here); the formulation
         # itself runs on the fake, possibly symbolic, tensors.
-        shape = tuple(int(size) for size in first.shape)
-        _, formulation, _ = _signature(fn, torch.device("meta"), shape, first.dtype, params)
+        _, formulation, _ = _signature(fn, torch.device("meta"), _described(tensors), params)
         return _pick(fn, formulation(**tensors), tensors)
 
     op = torch.library.custom_op(fn.qualname, compute, mutates_args=fn.mutates, schema=fn.schema)
