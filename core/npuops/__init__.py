@@ -11,7 +11,7 @@ from .devices import Device, Limits
 from .errors import NpuopsError, PluginLoadError, UnknownNameError, WorkloadError
 from .hookspecs import hookimpl
 from .impl import TIERS, Implementation
-from .op import CheckResult, Cost, Op, Param, Tolerance, compare_tensors, discover_op_classes, ops_from_catalog, tensor_bytes
+from .op import CheckResult, Cost, Op, Param, Tolerance, compare_tensors, discover_op_classes, ops_from_catalog, package_ops, tensor_bytes
 from .workload import DTYPES, Workload, load_catalog, load_workload_file, torch_dtype
 
 try:
@@ -23,6 +23,6 @@ __all__ = [
     "DTYPES", "TIERS", "CheckResult", "Cost", "Device", "Implementation", "InputRNG", "Limits",
     "NpuopsError", "Op", "Param", "PluginLoadError", "Tolerance", "UnknownNameError", "Workload",
     "WorkloadError", "compare_tensors", "discover_op_classes", "high_precision", "hookimpl", "load_catalog",
-    "load_workload_file", "nan_filled_allocations", "ops_from_catalog", "reference_math",
+    "load_workload_file", "nan_filled_allocations", "ops_from_catalog", "package_ops", "reference_math",
     "tensor_bytes", "torch_dtype",
 ]

@@ -6,7 +6,7 @@ TileLang is imported lazily: the core and the plugins load (and list, and run ba
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -142,14 +142,15 @@ def tilelang_implementation(
                           description=description or "TileLang kernel, compiled per workload")
 
 
-def kernel_implementations(ops: Iterable[Op], description: str) -> list[Implementation]:
-    """The ``ours`` implementation of every op that defines ``tilelang_build(w, device)`` (and
-    ``kernel_unsupported(w)``, None where its kernel takes ``w``), for the ops whose kernels cover
-    at least one of their workloads."""
+def kernel_implementations(ops: Mapping[str, Op], package: str, description: str) -> list[Implementation]:
+    """The ``ours`` implementation of every op of ``package`` that defines ``tilelang_build(w,
+    device)`` (and ``kernel_unsupported(w)``, None where its kernel takes ``w``) and whose kernel
+    covers at least one of its workloads."""
     return [
         tilelang_implementation(op.name, lambda op, w, device: op.tilelang_build(w, device),
                                 supports=lambda op, w: op.kernel_unsupported(w),
                                 description=getattr(op, "kernel_description", description))
-        for op in ops
-        if hasattr(op, "tilelang_build") and any(op.kernel_unsupported(w) is None for w in op.workloads)
+        for op in ops.values()
+        if type(op).__module__.startswith(f"{package}.") and hasattr(op, "tilelang_build")
+        and any(op.kernel_unsupported(w) is None for w in op.workloads)
     ]

@@ -298,3 +298,13 @@ def discover_op_classes(package: str) -> list[type[Op]]:
             if isinstance(obj, type) and issubclass(obj, Op) and obj.__module__ == module.__name__ and "name" in vars(obj):
                 classes.append(obj)
     return classes
+
+
+def package_ops(package: str) -> list[Op]:
+    """A family plugin's ops: the Op classes of ``<package>.ops`` with the workloads of the
+    ``workloads.json`` the package ships (what a plugin's ``npuops_ops`` hook returns)."""
+    from importlib.resources import files
+
+    from .workload import load_catalog
+
+    return ops_from_catalog(discover_op_classes(f"{package}.ops"), load_catalog(files(package) / "workloads.json"))

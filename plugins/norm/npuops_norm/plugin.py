@@ -1,8 +1,7 @@
-"""Entry point of the ``norm`` plugin: its ops with their catalog workloads, and our kernels."""
+"""Entry point of the ``norm`` plugin: its ops with their catalog workloads, our kernels and
+Liger-Kernel's where installed."""
 
-from importlib.resources import files
-
-from npuops import discover_op_classes, hookimpl, load_catalog, ops_from_catalog
+from npuops import hookimpl, package_ops
 from npuops.kernels import kernel_implementations
 
 from .liger import liger_implementations
@@ -10,11 +9,9 @@ from .liger import liger_implementations
 
 @hookimpl
 def npuops_ops():
-    catalog = load_catalog(files(__package__) / "workloads.json")
-    return ops_from_catalog(discover_op_classes(f"{__package__}.ops"), catalog)
+    return package_ops(__package__)
 
 
 @hookimpl
 def npuops_implementations(ops):
-    mine = [op for op in ops.values() if type(op).__module__.startswith(__package__)]
-    return liger_implementations(ops) + kernel_implementations(mine, "TileLang row kernel")
+    return liger_implementations(ops) + kernel_implementations(ops, __package__, "TileLang row kernel")

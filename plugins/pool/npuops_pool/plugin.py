@@ -1,18 +1,14 @@
 """Entry point of the ``pool`` plugin: its ops with their catalog workloads, and our kernels."""
 
-from importlib.resources import files
-
-from npuops import discover_op_classes, hookimpl, load_catalog, ops_from_catalog
+from npuops import hookimpl, package_ops
 from npuops.kernels import kernel_implementations
 
 
 @hookimpl
 def npuops_ops():
-    catalog = load_catalog(files(__package__) / "workloads.json")
-    return ops_from_catalog(discover_op_classes(f"{__package__}.ops"), catalog)
+    return package_ops(__package__)
 
 
 @hookimpl
 def npuops_implementations(ops):
-    mine = [op for op in ops.values() if type(op).__module__.startswith(__package__)]
-    return kernel_implementations(mine, "TileLang pooling: one thread per output, window taps bounds-checked")
+    return kernel_implementations(ops, __package__, "TileLang pooling: one thread per output, window taps bounds-checked")

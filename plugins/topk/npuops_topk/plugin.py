@@ -1,18 +1,14 @@
 """Entry point of the ``topk`` plugin: its ops with their catalog workloads, and our kernel."""
 
-from importlib.resources import files
-
-from npuops import discover_op_classes, hookimpl, load_catalog, ops_from_catalog
+from npuops import hookimpl, package_ops
 from npuops.kernels import kernel_implementations
 
 
 @hookimpl
 def npuops_ops():
-    catalog = load_catalog(files(__package__) / "workloads.json")
-    return ops_from_catalog(discover_op_classes(f"{__package__}.ops"), catalog)
+    return package_ops(__package__)
 
 
 @hookimpl
 def npuops_implementations(ops):
-    mine = [op for op in ops.values() if type(op).__module__.startswith(__package__)]
-    return kernel_implementations(mine, "TileLang exact radix select: four byte rounds, one block per row")
+    return kernel_implementations(ops, __package__, "TileLang exact radix select, one block per row")

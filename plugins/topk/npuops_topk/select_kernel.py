@@ -94,6 +94,16 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         return T.if_then_else(shared[CHOSEN] < n - 1, shared[HIST + T.min(shared[CHOSEN] + 1, n - 1)], 0)
 
     @T.macro
+    def pick(shared, Indices, b, s, g, pos, key, threshold, need, taken):
+        """Keys above the threshold take the next slot; equal ones the last ``need`` slots."""
+        if key > threshold:
+            Indices[b, s, g, T.atomic_add(shared[ABOVE], 1, return_prev=True)] = pos
+        elif key == threshold:
+            tie = T.atomic_add(shared[TIES], 1, return_prev=True)
+            if tie < need:
+                Indices[b, s, g, taken - need + tie] = pos
+
+    @T.macro
     def clear(shared, first, count):
         for i in T.Parallel(count):
             shared[first + i] = 0
@@ -147,13 +157,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                     for i in T.Parallel(THREADS):
                         if step * THREADS + i < shared[COUNT]:
                             pos = shared[CAND + T.min(step * THREADS + i, CANDIDATES - 1)]
-                            key = key_of(Scores[b, s, pos, g])
-                            if key > threshold:
-                                Indices[b, s, g, T.atomic_add(shared[ABOVE], 1, return_prev=True)] = pos
-                            elif key == threshold:
-                                tie = T.atomic_add(shared[TIES], 1, return_prev=True)
-                                if tie < need:
-                                    Indices[b, s, g, taken - need + tie] = pos
+                            pick(shared, Indices, b, s, g, pos, key_of(Scores[b, s, pos, g]), threshold, need, taken)
             else:
                 # Too many keys share the first digit to keep: the later rounds re-read the row.
                 for shift, bits in ROUNDS[1:]:
@@ -168,13 +172,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                     for i in T.Parallel(THREADS):
                         pos = step * THREADS + i
                         if pos >= start and pos < end:
-                            key = key_of(Scores[b, s, pos, g])
-                            if key > threshold:
-                                Indices[b, s, g, T.atomic_add(shared[ABOVE], 1, return_prev=True)] = pos
-                            elif key == threshold:
-                                tie = T.atomic_add(shared[TIES], 1, return_prev=True)
-                                if tie < need:
-                                    Indices[b, s, g, taken - need + tie] = pos
+                            pick(shared, Indices, b, s, g, pos, key_of(Scores[b, s, pos, g]), threshold, need, taken)
             for i in T.Parallel(topk):
                 if i >= taken:
                     Indices[b, s, g, i] = -1
