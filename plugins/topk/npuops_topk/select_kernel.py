@@ -133,7 +133,8 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             threshold = T.Cast("uint32", first) << shift0
             in_first = shared[HIST + first] - above_chosen(shared, bits0)  # keys sharing the first digit
             need = need - above_chosen(shared, bits0)
-            if in_first <= CANDIDATES:
+            kept = in_first <= CANDIDATES  # else too many keys share the first digit: re-read the row
+            if kept:
                 # Keys above the first digit are selected now; those sharing it become candidates.
                 T.sync_threads()
                 for step in T.serial(T.ceildiv(seq_len_kv, THREADS)):
@@ -145,29 +146,24 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                                 Indices[b, s, g, T.atomic_add(shared[ABOVE], 1, return_prev=True)] = pos
                             elif top == first:
                                 shared[CAND + T.atomic_add(shared[COUNT], 1, return_prev=True)] = pos
-                T.sync_threads()  # every candidate stored before the rounds read the list
-                for shift, bits in ROUNDS[1:]:
-                    clear(shared, HIST, 1 << bits)
+            for shift, bits in ROUNDS[1:]:
+                T.sync_threads()  # the last round's readers are done with the histogram
+                clear(shared, HIST, 1 << bits)
+                if kept:
                     count_candidates(shared, Scores, b, s, g, threshold, shift, bits)
-                    choose_digit(shared, need, bits)
-                    threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
-                    need = need - above_chosen(shared, bits)
-                T.sync_threads()
+                else:
+                    count_row(shared, Scores, b, s, g, start, end, threshold, shift, bits)
+                choose_digit(shared, need, bits)
+                threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
+                need = need - above_chosen(shared, bits)
+            T.sync_threads()
+            if kept:
                 for step in T.serial(T.ceildiv(CANDIDATES, THREADS)):
                     for i in T.Parallel(THREADS):
                         if step * THREADS + i < shared[COUNT]:
                             pos = shared[CAND + T.min(step * THREADS + i, CANDIDATES - 1)]
                             pick(shared, Indices, b, s, g, pos, key_of(Scores[b, s, pos, g]), threshold, need, taken)
             else:
-                # Too many keys share the first digit to keep: the later rounds re-read the row.
-                for shift, bits in ROUNDS[1:]:
-                    T.sync_threads()
-                    clear(shared, HIST, 1 << bits)
-                    count_row(shared, Scores, b, s, g, start, end, threshold, shift, bits)
-                    choose_digit(shared, need, bits)
-                    threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
-                    need = need - above_chosen(shared, bits)
-                T.sync_threads()
                 for step in T.serial(T.ceildiv(seq_len_kv, THREADS)):
                     for i in T.Parallel(THREADS):
                         pos = step * THREADS + i
