@@ -13,6 +13,7 @@ from rich.table import Table
 
 from .errors import NpuopsError
 from .registry import Registry, load_registry
+from .report import FORMATS
 from .timing import REGIMES
 
 DEFAULT_RESULTS = "npuops-results.jsonl"
@@ -249,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="render a results file")
     p.add_argument("file", nargs="?", default=DEFAULT_RESULTS, help=f"results file (default {DEFAULT_RESULTS})")
-    p.add_argument("--format", choices=("terminal", "markdown", "csv", "json", "html"), default="terminal")
+    p.add_argument("--format", choices=FORMATS, default="terminal")
     p.add_argument("--output", "-o", help="write to this file instead of stdout")
     p.add_argument("--family", action="append", help="only these families")
     p.add_argument("--op", action="append", help="only these ops")

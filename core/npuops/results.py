@@ -11,12 +11,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-STATUSES = ("ok", "wrong", "failed", "skipped")
 
 RowKey = tuple[str, str, str, str, str, str]
 
@@ -101,8 +98,3 @@ def git_revision(cwd: str | Path | None = None) -> str | None:
         return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
-
-
-def iter_rows(results: Results, statuses: Iterable[str] = STATUSES) -> Iterator[dict[str, Any]]:
-    wanted = set(statuses)
-    return (r for r in results.rows if r["status"] in wanted)

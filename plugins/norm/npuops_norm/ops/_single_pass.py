@@ -5,7 +5,7 @@ import math
 
 from npuops import Cost, Op
 
-from ..rowwise_kernel import RowNorm
+from ..rowwise_kernel import RowNorm, rowwise_unsupported
 
 
 class SinglePassNormOp(Op):
@@ -28,7 +28,10 @@ class SinglePassNormOp(Op):
 
     def kernel_unsupported(self, w) -> str | None:
         """Why the row kernel cannot run ``w`` (None: it can)."""
-        return None if self.row_norm(w) is not None else f"{self.name} has no TileLang kernel yet"
+        spec = self.row_norm(w)
+        if spec is None:
+            return f"{self.name} has no TileLang kernel yet"
+        return rowwise_unsupported(spec, w.shapes["x"], w.dtype_of("x"))
 
     def kernel_samples(self, w) -> int:
         return 1

@@ -55,7 +55,7 @@ class VectorNormalizeOp(SinglePassNormOp):
         if self._segments(w) is None:
             return (f"the row kernel normalizes over the last dim, or dims 0 and 2 of a 3-D x; dim "
                     f"{list(self._norm_dims(w))} of x {list(w.shapes['x'])} is neither")
-        return None
+        return super().kernel_unsupported(w)
 
     def torch_impl(self, w):
         cfg = self.config(w)
