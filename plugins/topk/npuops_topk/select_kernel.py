@@ -69,6 +69,12 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                     if matches(key, threshold, shift, bits):
                         T.atomic_add(shared[HIST + digit(key, shift, bits)], 1)
 
+    def scan_span(bits):
+        """Histogram entries a round clears and scans: at least one per thread, since a parallel
+        loop shorter than the block runs on some threads only, and TileLang then drops the
+        barriers between the scan's steps (measured: wrong digits, then writes past the row)."""
+        return max(1 << bits, THREADS)
+
     @T.macro
     def choose_digit(shared, need, bits):
         """Counts from the top (shared[HIST + d] = counted keys with digit >= d), by a parallel
@@ -76,13 +82,14 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         # Every thread's atomics must land first (TileLang's own sync here would cover only the
         # scan's threads).
         T.sync_threads()
-        n = 1 << bits
+        span = scan_span(bits)  # entries past the digit's range are zero
         for level in T.serial(bits):
-            for i in T.Parallel(n):
+            for i in T.Parallel(span):
                 shared[SCRATCH + i] = shared[HIST + i] + T.if_then_else(
-                    i + (1 << level) < n, shared[HIST + T.min(i + (1 << level), n - 1)], 0)
-            for i in T.Parallel(n):
+                    i + (1 << level) < span, shared[HIST + T.min(i + (1 << level), span - 1)], 0)
+            for i in T.Parallel(span):
                 shared[HIST + i] = shared[SCRATCH + i]
+        n = 1 << bits
         shared[CHOSEN] = 0
         for i in T.Parallel(n):
             if shared[HIST + i] >= need and (i == n - 1 or shared[HIST + T.min(i + 1, n - 1)] < need):
@@ -97,7 +104,10 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     def pick(shared, Indices, b, s, g, pos, key, threshold, need, taken):
         """Keys above the threshold take the next slot; equal ones the last ``need`` slots."""
         if key > threshold:
-            Indices[b, s, g, T.atomic_add(shared[ABOVE], 1, return_prev=True)] = pos
+            # The slot is bound once: used inline as an index, TileLang's bounds check repeats the
+            # atomic (three increments per key).
+            slot = T.atomic_add(shared[ABOVE], 1, return_prev=True)
+            Indices[b, s, g, slot] = pos
         elif key == threshold:
             tie = T.atomic_add(shared[TIES], 1, return_prev=True)
             if tie < need:
@@ -125,7 +135,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             threshold = 0
             need = taken
             shift0, bits0 = ROUNDS[0]
-            clear(shared, HIST, 1 << bits0)
+            clear(shared, HIST, scan_span(bits0))
             clear(shared, ABOVE, 3)
             count_row(shared, Scores, b, s, g, start, end, threshold, shift0, bits0)
             choose_digit(shared, need, bits0)
@@ -143,12 +153,14 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                         if pos >= start and pos < end:
                             top = digit(key_of(Scores[b, s, pos, g]), shift0, bits0)
                             if top > first:
-                                Indices[b, s, g, T.atomic_add(shared[ABOVE], 1, return_prev=True)] = pos
+                                slot = T.atomic_add(shared[ABOVE], 1, return_prev=True)
+                                Indices[b, s, g, slot] = pos
                             elif top == first:
-                                shared[CAND + T.atomic_add(shared[COUNT], 1, return_prev=True)] = pos
+                                slot = T.atomic_add(shared[COUNT], 1, return_prev=True)
+                                shared[CAND + slot] = pos
             for shift, bits in ROUNDS[1:]:
                 T.sync_threads()  # the last round's readers are done with the histogram
-                clear(shared, HIST, 1 << bits)
+                clear(shared, HIST, scan_span(bits))
                 if kept:
                     count_candidates(shared, Scores, b, s, g, threshold, shift, bits)
                 else:
