@@ -69,9 +69,10 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
     return None
 
 
-def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1) -> KernelSpec:
+def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1,
+                   threads: int | None = None, min_blocks: int = 1) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
-    ``spec.segments`` the first dim is the segments)."""
+    ``spec.segments`` the first dim is the segments); ``threads`` overrides the rule's count; ``min_blocks`` blocks per SM bound the registers."""
     import tilelang.language as T
 
     segs = spec.segments
@@ -80,7 +81,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     dt = tilelang_dtype(dtype)
     G = spec.groups if segs == 1 else segs
     n = hidden // spec.groups  # elements of one group (or one whole segment)
-    threads, padded = launch_threads(hidden * segs, dtype.itemsize)
+    if threads is None:
+        threads, padded = launch_threads(hidden * segs, dtype.itemsize)
+    else:
+        padded = -(-hidden * segs // threads) * threads
     if segs > 1:
         padded = hidden * segs
     if padded != hidden * segs and G > 1:
@@ -96,33 +100,60 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         """Index of element j of group (or segment) g of ``row`` in a row tensor."""
         return (g, row, j) if segs > 1 else (row, col(g, j))
 
+    masked = m != n
+
+    def value(raw, g, j):
+        """Element j of group g in f32; 0 in the masked tail of a padded row."""
+        v = T.Cast(F32, raw[g, j])
+        return T.if_then_else(j < n, v, 0.0) if masked else v
+
+    def centered(raw, mean, g, j):
+        """The value the statistic is taken of (minus the mean, for meanvar)."""
+        if spec.stat != "meanvar":
+            return value(raw, g, j)
+        c = value(raw, g, j) - mean[g]
+        return T.if_then_else(j < n, c, 0.0) if masked else c
+
+    def normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j):
+        """Element j of group g of the output row, in f32."""
+        y = centered(raw, mean, g, j) * stat[g]
+        if spec.weight == "w":
+            y = y * T.Cast(F32, W[col(g, j)])
+        if spec.weight == "1+w":
+            y = y * (1.0 + T.Cast(F32, W[col(g, j)]))
+        if spec.bias:
+            y = y + T.Cast(F32, B[col(g, j)])
+        if spec.modulated:
+            sample = row // rows_per_sample
+            y = y * (1.0 + T.Cast(F32, Scale[sample, col(g, j)])) + T.Cast(F32, Shift[sample, col(g, j)])
+        return y
+
     @T.macro
     def normalize_row(X, W, B, R, Shift, Scale, Gain, Y, Q, S, row):
+        # Only the row's raw 16-bit values stay live across the block reductions; every f32 value
+        # is recomputed from them where needed. Half the registers of an f32 copy, so more rows
+        # are in flight per SM (the bound on these memory-bound kernels).
         raw = T.alloc_fragment((G, m), dt)
-        s = T.alloc_fragment((G, m), F32)
         acc = T.alloc_fragment((G, m), F32)
         stat = T.alloc_fragment((G,), F32)
+        mean = T.alloc_fragment((G,), F32)
         for g, j in T.Parallel(G, m):
-            s[g, j] = T.Cast(F32, X[at(row, g, j)])
+            raw[g, j] = X[at(row, g, j)]
         if spec.residual:
             for g, j in T.Parallel(G, m):
-                raw[g, j] = T.Cast(dt, s[g, j] + T.Cast(F32, R[at(row, g, j)]))
-                if m == n:
-                    s[g, j] = T.Cast(F32, raw[g, j])  # the norm sees the sum as stored
-                else:
-                    s[g, j] = T.if_then_else(j < n, T.Cast(F32, raw[g, j]), 0.0)
+                raw[g, j] = T.Cast(dt, T.Cast(F32, raw[g, j]) + T.Cast(F32, R[at(row, g, j)]))
             for g, j in T.Parallel(G, m):
-                if m == n or j < n:
+                if not masked or j < n:
                     R[at(row, g, j)] = raw[g, j]
         if spec.stat == "meanvar":
-            T.reduce_sum(s, stat, dim=1)
             for g, j in T.Parallel(G, m):
-                s[g, j] = s[g, j] - stat[g] / n
+                acc[g, j] = value(raw, g, j)
+            T.reduce_sum(acc, mean, dim=1)
+            for g in T.Parallel(G):
+                mean[g] = mean[g] / n
         for g, j in T.Parallel(G, m):
-            if spec.stat == "l1":
-                acc[g, j] = T.abs(s[g, j])
-            else:
-                acc[g, j] = s[g, j] * s[g, j]
+            c = centered(raw, mean, g, j)
+            acc[g, j] = T.abs(c) if spec.stat == "l1" else c * c
         T.reduce_sum(acc, stat, dim=1)
         if segs > 1:
             joint = T.alloc_fragment((1,), F32)
@@ -138,35 +169,27 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 stat[g] = 1.0 / T.max(stat[g], spec.eps)
             else:  # l2_gain
                 stat[g] = T.Cast(F32, Gain[row, 0]) / T.sqrt(stat[g])
-        for g, j in T.Parallel(G, m):
-            y = s[g, j] * stat[g]
-            if spec.weight == "w":
-                y = y * T.Cast(F32, W[col(g, j)])
-            if spec.weight == "1+w":
-                y = y * (1.0 + T.Cast(F32, W[col(g, j)]))
-            if spec.bias:
-                y = y + T.Cast(F32, B[col(g, j)])
-            if spec.modulated:
-                sample = row // rows_per_sample
-                y = y * (1.0 + T.Cast(F32, Scale[sample, col(g, j)])) + T.Cast(F32, Shift[sample, col(g, j)])
-            s[g, j] = y
         if spec.quant_min_scale is None:
             for g, j in T.Parallel(G, m):
-                raw[g, j] = T.Cast(dt, s[g, j])
+                raw[g, j] = T.Cast(dt, normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j))
             for g, j in T.Parallel(G, m):
-                if m == n or j < n:
+                if not masked or j < n:
                     Y[at(row, g, j)] = raw[g, j]
         else:
             q = T.alloc_fragment((G, m), "int8")
-            amax = T.alloc_fragment((G,), F32)
-            T.reduce_absmax(s, amax, dim=1)
+            scale = T.alloc_fragment((G,), F32)
+            for g, j in T.Parallel(G, m):
+                y = T.abs(normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j))
+                acc[g, j] = T.if_then_else(j < n, y, 0.0) if masked else y
+            T.reduce_max(acc, scale, dim=1)  # of |y|: the absmax
             for g in T.Parallel(G):
-                amax[g] = T.max(amax[g] / 127.0, spec.quant_min_scale)
-                S[row, 0] = amax[g]
+                scale[g] = T.max(scale[g] / 127.0, spec.quant_min_scale)
+                S[row, 0] = scale[g]
             for g, j in T.Parallel(G, m):
-                q[g, j] = T.Cast("int8", T.clamp(T.nearbyint(s[g, j] / amax[g]), -128.0, 127.0))
+                y = normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j)
+                q[g, j] = T.Cast("int8", T.clamp(T.nearbyint(y / scale[g]), -128.0, 127.0))
             for g, j in T.Parallel(G, m):
-                if m == n or j < n:
+                if not masked or j < n:
                     Q[at(row, g, j)] = q[g, j]
 
     row_shape, vec_shape = ((segs, rows, hidden) if segs > 1 else (rows, hidden)), (hidden,)
@@ -196,6 +219,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             else:
                 Y = arg("y", row_shape)
         with T.Kernel(rows, 2 if spec.pair else 1, threads=threads) as (row, which):
+            if min_blocks > 1:
+                T.annotate_min_blocks_per_sm(min_blocks)
             if spec.pair:
                 if which == 0:
                     normalize_row(Xq, Wq, None, None, None, None, None, Yq, None, None, row)
