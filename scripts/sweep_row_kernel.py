@@ -9,13 +9,14 @@ this one. The rule in ``npuops_norm.rowwise_kernel.launch_config`` was read off 
 """
 
 import json
+import multiprocessing
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
-THREADS = (64, 128, 256, 512, 1024)
-MIN_BLOCKS = (1, 2, 3, 4, 6, 8)
+THREADS = (128, 256, 512, 1024)
+MIN_BLOCKS = (1, 2, 4)
 MAX_THREADS_PER_SM = 2048
 
 
@@ -65,7 +66,7 @@ def main(out_path, keys):
         op_name, wid = key.split("/")
         op = registry.op(op_name)
         jobs += [(key, t, b) for t, b in variants(op, op.workload(wid))]
-    with ProcessPoolExecutor(16) as pool:
+    with ProcessPoolExecutor(16, mp_context=multiprocessing.get_context("spawn")) as pool:
         errors = dict(zip(jobs, pool.map(compile_one, jobs)))
     with open(out_path, "w") as out:
         for job in jobs:

@@ -23,7 +23,9 @@ annotations, which must see the shapes.)
 import torch
 from npuops.kernels import KernelSpec
 
-THREADS = 1024  # keys visited per step of a row
+THREADS = 1024
+VECTOR = 8  # keys each thread loads per step: 32 KB of a row in flight per block, not 4 KB
+STEP = THREADS * VECTOR
 # Digit rounds over the 32-bit key, top first: (shift, bits). The first, 12 bits wide (sign,
 # exponent, 3 mantissa bits), leaves few keys beside the threshold for the later rounds.
 ROUNDS = ((20, 12), (12, 8), (4, 8), (0, 4))
@@ -35,9 +37,12 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     import tilelang.language as T
 
     rows = batch * seq_len * kv_group
-    # One shared int32 buffer (TileLang's CPU target allows a single one):
-    HIST, SCRATCH, CAND = 0, BINS, 2 * BINS  # histogram / counts from the top, scan scratch, candidates
-    CHOSEN, ABOVE, TIES, COUNT = (2 * BINS + CANDIDATES + i for i in range(4))
+    # One shared int32 buffer (TileLang's CPU target allows a single one): histogram / counts from
+    # the top, scan scratch, candidate positions and their keys (so later rounds never re-read them).
+    HIST, SCRATCH, CAND, CAND_KEY = 0, BINS, 2 * BINS, 2 * BINS + CANDIDATES
+    CHOSEN, ABOVE, TIES, COUNT = (2 * BINS + 2 * CANDIDATES + i for i in range(4))
+    # A row's steps are whole vectors when they divide it; otherwise positions past it are clamped.
+    whole_steps = seq_len_kv % STEP == 0
 
     def key_of(score):
         bits = T.reinterpret(score, "uint32")
@@ -51,23 +56,31 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         return True if shift + bits == 32 else (key >> (shift + bits)) == (threshold >> (shift + bits))
 
     @T.macro
-    def count_row(shared, Scores, b, s, g, start, end, threshold, shift, bits):
-        for step in T.serial(T.ceildiv(seq_len_kv, THREADS)):
-            for i in T.Parallel(THREADS):
-                pos = step * THREADS + i
-                if pos >= start and pos < end:
-                    key = key_of(Scores[b, s, pos, g])
-                    if matches(key, threshold, shift, bits):
-                        T.atomic_add(shared[HIST + digit(key, shift, bits)], 1)
+    def load_step(vals, Scores, b, s, g, step):
+        """The row's keys at positions step * STEP + i, all loads issued before any is used."""
+        for i in T.Parallel(STEP):
+            pos = step * STEP + i
+            vals[i] = key_of(Scores[b, s, pos if whole_steps else T.min(pos, seq_len_kv - 1), g])
 
     @T.macro
-    def count_candidates(shared, Scores, b, s, g, threshold, shift, bits):
+    def count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift, bits):
+        for step in T.serial(T.ceildiv(end, STEP)):
+            load_step(vals, Scores, b, s, g, step)
+            for i in T.Parallel(STEP):
+                pos = step * STEP + i
+                if pos >= start and pos < end and matches(vals[i], threshold, shift, bits):
+                    T.atomic_add(shared[HIST + digit(vals[i], shift, bits)], 1)
+
+    def candidate_key(shared, c):
+        return T.reinterpret(shared[CAND_KEY + c], "uint32")
+
+    @T.macro
+    def count_candidates(shared, threshold, shift, bits):
         for step in T.serial(T.ceildiv(CANDIDATES, THREADS)):
             for i in T.Parallel(THREADS):
-                if step * THREADS + i < shared[COUNT]:
-                    key = key_of(Scores[b, s, shared[CAND + T.min(step * THREADS + i, CANDIDATES - 1)], g])
-                    if matches(key, threshold, shift, bits):
-                        T.atomic_add(shared[HIST + digit(key, shift, bits)], 1)
+                c = T.min(step * THREADS + i, CANDIDATES - 1)
+                if step * THREADS + i < shared[COUNT] and matches(candidate_key(shared, c), threshold, shift, bits):
+                    T.atomic_add(shared[HIST + digit(candidate_key(shared, c), shift, bits)], 1)
 
     def scan_span(bits):
         """Histogram entries a round clears and scans: at least one per thread, since a parallel
@@ -123,7 +136,8 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
              Starts: T.Tensor((batch, seq_len), "int32"), Ends: T.Tensor((batch, seq_len), "int32"),
              Indices: T.Tensor((batch, seq_len, kv_group, topk), "int32")):
         with T.Kernel(rows, threads=THREADS) as r:
-            shared = T.alloc_shared((2 * BINS + CANDIDATES + 4,), "int32")
+            shared = T.alloc_shared((2 * BINS + 2 * CANDIDATES + 4,), "int32")
+            vals = T.alloc_fragment((STEP,), "uint32")  # one step's keys
             threshold = T.alloc_var("uint32")  # the digits of the k-th largest key found so far
             need = T.alloc_var("int32")  # keys still to take among those matching them
             b = r // (seq_len * kv_group)
@@ -137,7 +151,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             shift0, bits0 = ROUNDS[0]
             clear(shared, HIST, scan_span(bits0))
             clear(shared, ABOVE, 3)
-            count_row(shared, Scores, b, s, g, start, end, threshold, shift0, bits0)
+            count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift0, bits0)
             choose_digit(shared, need, bits0)
             first = shared[CHOSEN]
             threshold = T.Cast("uint32", first) << shift0
@@ -147,24 +161,26 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             if kept:
                 # Keys above the first digit are selected now; those sharing it become candidates.
                 T.sync_threads()
-                for step in T.serial(T.ceildiv(seq_len_kv, THREADS)):
-                    for i in T.Parallel(THREADS):
-                        pos = step * THREADS + i
+                for step in T.serial(T.ceildiv(end, STEP)):
+                    load_step(vals, Scores, b, s, g, step)
+                    for i in T.Parallel(STEP):
+                        pos = step * STEP + i
                         if pos >= start and pos < end:
-                            top = digit(key_of(Scores[b, s, pos, g]), shift0, bits0)
+                            top = digit(vals[i], shift0, bits0)
                             if top > first:
                                 slot = T.atomic_add(shared[ABOVE], 1, return_prev=True)
                                 Indices[b, s, g, slot] = pos
                             elif top == first:
                                 slot = T.atomic_add(shared[COUNT], 1, return_prev=True)
                                 shared[CAND + slot] = pos
+                                shared[CAND_KEY + slot] = T.reinterpret(vals[i], "int32")
             for shift, bits in ROUNDS[1:]:
                 T.sync_threads()  # the last round's readers are done with the histogram
                 clear(shared, HIST, scan_span(bits))
                 if kept:
-                    count_candidates(shared, Scores, b, s, g, threshold, shift, bits)
+                    count_candidates(shared, threshold, shift, bits)
                 else:
-                    count_row(shared, Scores, b, s, g, start, end, threshold, shift, bits)
+                    count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift, bits)
                 choose_digit(shared, need, bits)
                 threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
                 need = need - above_chosen(shared, bits)
@@ -172,15 +188,16 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             if kept:
                 for step in T.serial(T.ceildiv(CANDIDATES, THREADS)):
                     for i in T.Parallel(THREADS):
+                        c = T.min(step * THREADS + i, CANDIDATES - 1)
                         if step * THREADS + i < shared[COUNT]:
-                            pos = shared[CAND + T.min(step * THREADS + i, CANDIDATES - 1)]
-                            pick(shared, Indices, b, s, g, pos, key_of(Scores[b, s, pos, g]), threshold, need, taken)
+                            pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c), threshold, need, taken)
             else:
-                for step in T.serial(T.ceildiv(seq_len_kv, THREADS)):
-                    for i in T.Parallel(THREADS):
-                        pos = step * THREADS + i
+                for step in T.serial(T.ceildiv(end, STEP)):
+                    load_step(vals, Scores, b, s, g, step)
+                    for i in T.Parallel(STEP):
+                        pos = step * STEP + i
                         if pos >= start and pos < end:
-                            pick(shared, Indices, b, s, g, pos, key_of(Scores[b, s, pos, g]), threshold, need, taken)
+                            pick(shared, Indices, b, s, g, pos, vals[i], threshold, need, taken)
             for i in T.Parallel(topk):
                 if i >= taken:
                     Indices[b, s, g, i] = -1
@@ -192,5 +209,5 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": THREADS, "digit_bits": [bits for _, bits in ROUNDS], "candidates": CANDIDATES},
+        {"threads": THREADS, "keys_per_thread_step": VECTOR, "digit_bits": [bits for _, bits in ROUNDS], "candidates": CANDIDATES},
     )

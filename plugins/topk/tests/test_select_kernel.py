@@ -35,7 +35,8 @@ CASES = [
     ((1, 64, 256, 1), 16, {"prefix_len": 0}),  # early rows have fewer keys than topk
     ((1, 64, 256, 1), 32, {"prefix_len": 0, "padded_rows": 4}),  # and rows with no key at all
     ((2, 16, 300, 3), 16, {}),  # batches and kv groups
-    ((1, 8, 5000, 1), 64, {}),  # rows longer than a block's step
+    ((1, 8, 5000, 1), 64, {}),  # rows longer than a block's step, the last step clamped
+    ((1, 4, 16384, 1), 100, {}),  # rows of whole steps (as the catalog's), loaded unclamped
 ]
 
 
