@@ -25,4 +25,4 @@ cp "/tmp/run/$name.jsonl" "$OUT/"
 tar czf "$OUT/$name-worker-logs.tgz" -C /tmp/run "$name.jsonl.logs"
 python3 -m npuops.cli report "$OUT/$name.jsonl" --format markdown -o "$OUT/$name.md"
 python3 -m npuops.cli report "$OUT/$name.jsonl" --format html -o "$OUT/$name.html"
-timeout "${TEST_TIMEOUT:-150}" python3 -m pytest -q -m gpu ${GPU_TESTS:-tests plugins} 2>&1 | tee "$OUT/gpu-tests.log" | tail -15
+timeout "${TEST_TIMEOUT:-150}" python3 -m pytest -v -rf --tb=short -m gpu ${GPU_TESTS:-tests plugins} 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed" | tail -40

@@ -25,6 +25,14 @@ MAX_THREADS = 1024
 # and one resident row per SM to 64 and two: 64.5 -> 42 us. Four blocks per SM spilled (100 us).
 ELEMENTS_PER_THREAD = 32
 MIN_BLOCKS_PER_SM = 2
+# A handful of rows (decode) is latency-bound: shorter per-thread shares (8 elements was fastest at
+# 4096 wide, equal at 8192) and the weight loaded with the row.
+FEW_ROWS = 8
+FEW_ROWS_ELEMENTS_PER_THREAD = 8
+
+
+def elements_per_thread(rows: int) -> int:
+    return FEW_ROWS_ELEMENTS_PER_THREAD if rows <= FEW_ROWS else ELEMENTS_PER_THREAD
 
 
 @dataclass(frozen=True)
@@ -45,22 +53,22 @@ class RowNorm:
     segments: int = 1
 
 
-def launch_threads(hidden: int, itemsize: int) -> tuple[int, int]:
+def launch_threads(hidden: int, itemsize: int, per_thread: int = ELEMENTS_PER_THREAD) -> tuple[int, int]:
     """(threads per row-block, padded row length). Prefers a power-of-two thread count dividing the row
-    so each thread's share loads as whole 16-byte vectors, with about ELEMENTS_PER_THREAD elements
-    each; a row no such count divides is padded up (and masked) to a multiple of the threads."""
+    so each thread's share loads as whole 16-byte vectors, with about ``per_thread`` elements each;
+    a row no such count divides is padded up (and masked) to a multiple of the threads."""
     widest = 16 // itemsize
 
     def score(threads: int) -> tuple[int, float]:
         share = hidden // threads
         vector = next(v for v in (widest, widest // 2, widest // 4, 1) if v and share % v == 0)
-        return vector, -abs(math.log2(share / ELEMENTS_PER_THREAD))
+        return vector, -abs(math.log2(share / per_thread))
 
     powers = [32 << i for i in range((MAX_THREADS // 32).bit_length())]  # TileLang's block all-reduce
     fits = [t for t in powers if hidden % t == 0]
     if fits:
         return max(fits, key=score), hidden
-    threads = max(t for t in powers if t == 32 or t * ELEMENTS_PER_THREAD <= hidden)
+    threads = max(t for t in powers if t == 32 or t * per_thread <= hidden)
     return threads, -(-hidden // threads) * threads
 
 
@@ -68,8 +76,8 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
     """Why :func:`rowwise_kernel` cannot take rows of ``shape`` (None: it can). Masked padding of
     several groups at once gave wrong sums on the H200 (2x1000, 8 groups), so grouped rows must
     split evenly over the threads."""
-    hidden = shape[-1]
-    if spec.groups > 1 and launch_threads(hidden, dtype.itemsize)[1] != hidden:
+    hidden, rows = shape[-1], math.prod(shape[:-1]) // spec.segments
+    if spec.groups > 1 and launch_threads(hidden, dtype.itemsize, elements_per_thread(rows))[1] != hidden:
         return f"the grouped row kernel needs a hidden size divisible by 32, got {hidden}"
     return None
 
@@ -87,7 +95,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     G = spec.groups if segs == 1 else segs
     n = hidden // spec.groups  # elements of one group (or one whole segment)
     if threads is None:
-        threads, padded = launch_threads(hidden * segs, dtype.itemsize)
+        threads, padded = launch_threads(hidden * segs, dtype.itemsize, elements_per_thread(rows))
     else:
         padded = -(-hidden * segs // threads) * threads
     if segs > 1:
@@ -119,15 +127,22 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         c = value(raw, g, j) - mean[g]
         return T.if_then_else(j < n, c, 0.0) if masked else c
 
+    # With few rows (decode) the weight and bias are loaded with the row, so their DRAM latency
+    # overlaps the row's instead of following the reduction; W and B are then (G, m) fragments.
+    prefetch = rows <= FEW_ROWS
+
+    def affine(V, g, j):
+        return T.Cast(F32, V[g, j] if prefetch else V[col(g, j)])
+
     def normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j):
         """Element j of group g of the output row, in f32."""
         y = centered(raw, mean, g, j) * stat[g]
         if spec.weight == "w":
-            y = y * T.Cast(F32, W[col(g, j)])
+            y = y * affine(W, g, j)
         if spec.weight == "1+w":
-            y = y * (1.0 + T.Cast(F32, W[col(g, j)]))
+            y = y * (1.0 + affine(W, g, j))
         if spec.bias:
-            y = y + T.Cast(F32, B[col(g, j)])
+            y = y + affine(B, g, j)
         if spec.modulated:
             sample = row // rows_per_sample
             y = y * (1.0 + T.Cast(F32, Scale[sample, col(g, j)])) + T.Cast(F32, Shift[sample, col(g, j)])
@@ -144,6 +159,16 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         mean = T.alloc_fragment((G,), F32)
         for g, j in T.Parallel(G, m):
             raw[g, j] = X[at(row, g, j)]
+        if prefetch and spec.weight is not None:
+            W_row = T.alloc_fragment((G, m), dt)
+            for g, j in T.Parallel(G, m):
+                W_row[g, j] = W[col(g, j)]
+        if prefetch and spec.bias:
+            B_row = T.alloc_fragment((G, m), dt)
+            for g, j in T.Parallel(G, m):
+                B_row[g, j] = B[col(g, j)]
+        if prefetch:
+            W, B = W_row if spec.weight is not None else W, B_row if spec.bias else B
         if spec.residual:
             for g, j in T.Parallel(G, m):
                 raw[g, j] = T.Cast(dt, T.Cast(F32, raw[g, j]) + T.Cast(F32, R[at(row, g, j)]))
