@@ -94,3 +94,25 @@ def test_report_to_file(capsys, results_file, tmp_path):
     out = tmp_path / "r.html"
     assert main(["report", str(results_file), "--format", "html", "-o", str(out)]) == 0
     assert out.read_text().endswith("</html>")
+
+
+def test_summary_per_op_and_regime(tmp_path):
+    """Geomean over the workloads where ours ran against an alternative, the slowest one, and how
+    many ours is behind on."""
+    from npuops.report import build_entries, render_markdown, summarize
+    from npuops.results import read_results
+
+    path = tmp_path / "s.jsonl"
+    with ResultsWriter(path) as w:
+        w.append({"record": "env", "run_id": "r1", "device": {"device": "cuda"}, "limits": LIMITS, "git": "abc"})
+        for wid, ours_ms, alt_ms in (("W1", 0.002, 0.008), ("W2", 0.004, 0.002), ("W3", 0.001, 0.001)):
+            w.append(row("ours_kernel", "ours", "eager", ours_ms, workload=wid))
+            w.append(row("torch_compile", "torch_compile", "eager", alt_ms, workload=wid))
+        w.append(row("torch_eager", "torch_eager", "eager", 0.001, workload="W4"))  # no ours: not counted
+    results = read_results(path)
+    (summary,) = summarize(build_entries(results))
+    assert summary.workloads == 3 and summary.behind == 1
+    assert summary.geomean_ratio == pytest.approx((4.0 * 0.5 * 1.0) ** (1 / 3))
+    assert summary.slowest.workload == "W2"
+    text = render_markdown(results)
+    assert "## Summary" in text and "W2 decode bf16 (0.50×)" in text

@@ -1,5 +1,8 @@
 """Reports from a results file: the seed's table per op, in five formats.
 
+Terminal, markdown and HTML reports open with a summary per op and regime: the geometric mean of
+the ratio, the slowest workload, how many workloads ours is behind on, and the geometric mean SOL.
+
 Per op and regime, one line per workload: Ratio (fastest alternative / ours, same regime, same
 run), ours' device time, every alternative with its time, throughput, % of the device limit (SOL)
 and what bounds it. Until an op has an implementation of ours, throughput and SOL are those of the
@@ -93,6 +96,48 @@ def build_entries(results: Results) -> list[Entry]:
             entry.metrics = row_metrics(entry.subject, entry.limits)
         entries.append(entry)
     return sorted(entries, key=lambda e: (e.family, e.op, e.regime, _workload_order(e.workload)))
+
+
+@dataclass
+class OpSummary:
+    """How ours fared on one op in one regime, over the workloads where both ours and an
+    alternative ran."""
+
+    family: str
+    op: str
+    regime: str
+    workloads: int
+    geomean_ratio: float
+    slowest: Entry  # the workload with the lowest ratio
+    behind: int  # workloads where ours is slower than the fastest alternative
+    geomean_sol_pct: float | None
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def summarize(entries: list[Entry]) -> list[OpSummary]:
+    groups: dict[tuple[str, str, str], list[Entry]] = defaultdict(list)
+    for e in entries:
+        if e.ratio is not None:
+            groups[(e.family, e.op, e.regime)].append(e)
+    summaries = []
+    for (family, op, regime), group in groups.items():
+        sols = [e.metrics["sol_pct"] for e in group if e.metrics.get("sol_pct")]
+        summaries.append(OpSummary(family, op, regime, len(group), _geomean([e.ratio for e in group]),
+                                   min(group, key=lambda e: e.ratio), sum(e.ratio < 1 for e in group),
+                                   _geomean(sols) if sols else None))
+    return summaries
+
+
+SUMMARY_HEADERS = ("Op", "Regime", "Workloads", "Geomean ratio", "Slowest (ratio)", "Behind", "Geomean SOL")
+
+
+def summary_cells(s: OpSummary) -> list[str]:
+    slowest = f"{s.slowest.workload} {s.slowest.label} {s.slowest.dtype} ({fmt_ratio(s.slowest.ratio)})"
+    sol = "·" if s.geomean_sol_pct is None else f"{s.geomean_sol_pct:.1f}%"
+    return [f"{s.family} · {s.op}", s.regime, str(s.workloads), fmt_ratio(s.geomean_ratio), slowest, str(s.behind), sol]
 
 
 def _workload_order(wid: str) -> tuple:
@@ -205,6 +250,18 @@ def render_terminal(results: Results, console: Any) -> None:
     for line in _env_lines(results):
         console.print(f"[dim]{line}[/dim]")
     colors = {"faster": "green", "slower": "red", "level": "", "none": ""}
+    summaries = summarize(build_entries(results))
+    if summaries:
+        table = Table(title="ours against the fastest alternative, per op", title_justify="left")
+        for h in SUMMARY_HEADERS:
+            table.add_column(h, overflow="fold")
+        for summary in summaries:
+            style = colors[ratio_class(summary.geomean_ratio)]
+            cells = summary_cells(summary)
+            if style:
+                cells[3] = f"[{style}]{cells[3]}[/{style}]"
+            table.add_row(*cells)
+        console.print(table)
     for (family, op, regime), entries in _grouped(results).items():
         table = Table(title=f"{family} · {op} · {regime}", title_justify="left", show_lines=False)
         for h in HEADERS:
@@ -225,6 +282,12 @@ def render_markdown(results: Results) -> str:
     for line in _env_lines(results):
         out.write(f"- {line}\n")
     out.write(f"\n{FOOTNOTE}\n")
+    summaries = summarize(build_entries(results))
+    if summaries:
+        out.write("\n## Summary: ours against the fastest alternative, per op\n\n")
+        out.write("| " + " | ".join(SUMMARY_HEADERS) + " |\n|" + "---|" * len(SUMMARY_HEADERS) + "\n")
+        for summary in summaries:
+            out.write("| " + " | ".join(summary_cells(summary)) + " |\n")
     for (family, op, regime), entries in _grouped(results).items():
         out.write(f"\n## {family} · {op} · {regime}\n\n")
         out.write("| " + " | ".join(HEADERS) + " |\n|" + "---|" * len(HEADERS) + "\n")
@@ -271,6 +334,16 @@ def render_html(results: Results) -> str:
     parts += [f"<p class='env'>{esc(line)}</p>" for line in _env_lines(results)]
     parts.append(f"<p class='env'>Green: faster than the best alternative; red: slower; plain: within {LEVEL:.0%}. "
                  f"Times in ms (median device time). {esc(FOOTNOTE)}</p>")
+    summaries = summarize(build_entries(results))
+    if summaries:
+        parts.append("<h2>Summary: ours against the fastest alternative, per op</h2><table><tr>")
+        parts += [f"<th>{esc(h)}</th>" for h in SUMMARY_HEADERS]
+        parts.append("</tr>")
+        for summary in summaries:
+            cells = [f"<td>{esc(c)}</td>" for c in summary_cells(summary)]
+            cells[3] = f"<td class='num {ratio_class(summary.geomean_ratio)}'>{esc(summary_cells(summary)[3])}</td>"
+            parts.append("<tr>" + "".join(cells) + "</tr>")
+        parts.append("</table>")
     for (family, op, regime), entries in _grouped(results).items():
         parts.append(f"<h2>{esc(family)} · {esc(op)} · {esc(regime)}</h2><table><tr>")
         parts += [f"<th>{esc(h)}</th>" for h in HEADERS]
