@@ -5,9 +5,11 @@ is timed (cold L2, held GPU: the benchmark's eager regime). Writes one JSON reco
     python scripts/sweep_row_kernel.py OUT.jsonl RMSNormFwd/W2 LayerNormFwd/W5 ...
 
 Compiles in parallel worker processes first (TileLang caches the kernels on disk), then times in
-this one. The rule in ``npuops_norm.rowwise_kernel.launch_config`` was read off its results.
+this one. The launch rule in ``npuops_norm.rowwise_kernel`` (ELEMENTS_PER_THREAD, MIN_BLOCKS_PER_SM) was
+read off its results (benchmarks/h200-row-kernel-sweep.jsonl).
 """
 
+import functools
 import json
 import multiprocessing
 import sys
@@ -81,7 +83,7 @@ def main(out_path, keys):
                 record["ok"] = result.ok
                 if result.ok:
                     inputs = op.make_inputs(w, InputRNG(device.torch_device(), seed=7))
-                    record["ms"] = measure(lambda: fn(**inputs), device, "eager").median_ms
+                    record["ms"] = measure(functools.partial(fn, **inputs), device, "eager").median_ms
                     record["bytes"] = op.cost(w).bytes
             out.write(json.dumps(record) + "\n")
             out.flush()
