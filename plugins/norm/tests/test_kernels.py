@@ -136,3 +136,24 @@ def test_non_contiguous_input_is_rejected():
     x = torch.randn(4096, 2048, device="cuda", dtype=torch.bfloat16).t()
     with pytest.raises(ValueError, match="must be contiguous"):
         fn(x=x, weight=torch.ones(4096, device="cuda", dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("rows,hidden,threads", [(2048, 16384, 512), (2048, 4096, 128), (1, 4096, 512), (1, 8192, 1024)])
+def test_launch_rule(rows, hidden, threads):
+    """Many rows: ~32 elements per thread, two blocks per SM; a few (decode): ~8 per thread."""
+    from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
+
+    config = rowwise_kernel(RowNorm("rms", 1e-6, weight="w"), (rows, hidden), torch.bfloat16).config
+    assert config["threads"] == threads and config["min_blocks_per_sm"] == 2
+
+
+@pytest.mark.parametrize("rows,early", [(1, True), (2048, False)])
+def test_few_rows_load_the_weight_with_the_row(rows, early):
+    """Decode rows issue the weight's loads before the block reduction, so the two DRAM latencies
+    overlap; many-row kernels read it (L2-resident) after, keeping registers for resident rows."""
+    from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
+
+    spec = rowwise_kernel(RowNorm("rms", 1e-6, weight="w"), (rows, 4096), torch.bfloat16)
+    source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+    body = source[source.index("__launch_bounds__"):]
+    assert (body.index("(W +") < body.index("AllReduce")) == early
