@@ -26,6 +26,10 @@ EDGE_CASES = AVG_CASES + MAX_CASES + [
     ("AvgPool2dFwd", (1, 2, 5, 5), dict(kernel_size=2, stride=2, padding=1, ceil_mode=True)),  # last window in padding
     ("AdaptiveAvgPool2dFwd", (1, 3, 5, 7), dict(output_size=[3, 4])),
     ("AdaptiveMaxPool2dFwd", (2, 2, 9, 4), dict(output_size=[4, 4])),
+    # Whole-input windows (global pooling), planes spilling past one block of the staged kernel:
+    ("AdaptiveAvgPool2dFwd", (3, 50, 7, 7), dict(output_size=[1, 1])),
+    ("MaxPool1dFwd", (2, 70, 33), dict(kernel_size=33)),
+    ("AvgPool3dFwd", (1, 130, 2, 3, 3), dict(kernel_size=[2, 3, 3], divisor_override=5)),
 ]
 
 
@@ -80,8 +84,20 @@ def test_kernel_logic_on_edge_cases_on_the_cpu_target(op_name, shape, params):
     assert result.ok, result.detail
 
 
-@pytest.mark.parametrize("op_name,params", [("MaxPool2dFwd", dict(kernel_size=3, stride=2, padding=1)),
-                                            ("AdaptiveMaxPool2dFwd", dict(output_size=[3, 3]))])
+NAN_CASES = [("MaxPool2dFwd", dict(kernel_size=3, stride=2, padding=1)), ("AdaptiveMaxPool2dFwd", dict(output_size=[3, 3])),
+             ("AdaptiveMaxPool2dFwd", dict(output_size=[1, 1])), ("MaxPool2dFwd", dict(kernel_size=9))]
+
+
+def test_whole_input_windows_take_the_staged_kernel():
+    from npuops_pool.pool_kernel import pool_kernel
+
+    for op_name, params in NAN_CASES[2:]:
+        op = REGISTRY.op(op_name)
+        w = make_workload(op_name, (1, 2, 9, 9), "f32", **params)
+        assert "planes_per_block" in pool_kernel(op.pooling(w), w.shapes["input"], torch.float32).config
+
+
+@pytest.mark.parametrize("op_name,params", NAN_CASES)
 def test_kernel_propagates_nan_on_the_cpu_target(op_name, params):
     op = REGISTRY.op(op_name)
     w = make_workload(op_name, (1, 2, 9, 9), "f32", **params)
@@ -120,9 +136,7 @@ def test_kernel_passes_the_gate_on_edge_cases(op_name, shape, params, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op_name,params", [("MaxPool2dFwd", dict(kernel_size=3, stride=2, padding=1)),
-                                            ("AdaptiveMaxPool2dFwd", dict(output_size=[3, 3])),
-                                            ("AvgPool2dFwd", dict(kernel_size=3, stride=2, padding=1))])
+@pytest.mark.parametrize("op_name,params", [*NAN_CASES, ("AvgPool2dFwd", dict(kernel_size=3, stride=2, padding=1))])
 def test_nan_propagates_as_in_pytorch(op_name, params):
     device = REGISTRY.device("cuda")
     op, impl = REGISTRY.op(op_name), REGISTRY.implementation(op_name, "tilelang")
