@@ -1,8 +1,9 @@
-"""The one TileLang template behind every pooling kernel of this plugin.
+"""The TileLang pooling kernels of this plugin: one template for any window, and a staged one for
+windows that are the whole input (global pooling), chosen by :func:`pool_kernel`.
 
-Any pooling here is, per spatial dim, a set of taps for each output position; the kernel views the
-input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1), gives each thread
-one output element, and visits its window's taps with bounds checks: max with NaN propagating
+Any pooling here is, per spatial dim, a set of taps for each output position; the window kernel
+views the input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1), gives
+each thread one output element, and visits its window's taps with bounds checks: max with NaN propagating
 (PyTorch's ``val > max || isnan(val)``), or an fp32 sum divided as PyTorch divides. Sliding
 windows start at ``o * stride - padding`` with ``kernel`` taps ``dilation`` apart; adaptive
 windows cover ``[floor(o * n / m), ceil((o + 1) * n / m))``.
