@@ -3,8 +3,10 @@
 # From the project root, with the device tool:
 #   run(carry=[".devkit", ".whl"], command="NPUOPS_GIT_REVISION=$(rev) bash scripts/h200-session.sh RESULTS ARGS...")
 # RESULTS names the results file ($OUT/RESULTS.jsonl, reports beside it); ARGS go to `npuops run`
-# (e.g. --op RMSNormFwd,LayerNormFwd). GPU_TESTS (default: every test marked gpu) picks the tests;
-# RUN_TIMEOUT / TEST_TIMEOUT (seconds) keep the call inside the device's 10-minute limit.
+# (e.g. --op RMSNormFwd,LayerNormFwd). CORE_GPU_TESTS (default tests; empty: none) and GPU_TESTS
+# (default plugins) pick the tests marked gpu;
+# RUN_TIMEOUT / TEST_TIMEOUT (seconds) keep the call inside the device's 10-minute limit;
+# TEST_WORKERS (default 6) pytest-xdist workers share the GPU (the device image has pytest-xdist).
 # .devkit comes from ../shared/devkit/pack-tilelang; .whl from scripts/pack-wheels.sh (liger-kernel).
 set -uo pipefail
 name=$1; shift
@@ -25,4 +27,11 @@ cp "/tmp/run/$name.jsonl" "$OUT/"
 tar czf "$OUT/$name-worker-logs.tgz" -C /tmp/run "$name.jsonl.logs"
 python3 -m npuops.cli report "$OUT/$name.jsonl" --format markdown -o "$OUT/$name.md"
 python3 -m npuops.cli report "$OUT/$name.jsonl" --format html -o "$OUT/$name.html"
-timeout "${TEST_TIMEOUT:-150}" python3 -m pytest -v -rf --tb=short -m gpu ${GPU_TESTS:-tests plugins} 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed" | tail -40
+# The core's GPU tests time things: alone. The plugins' compile their own kernels (most of their
+# time): xdist workers compile in parallel.
+gpu_tests() {
+  if [ -n "${CORE_GPU_TESTS-tests}" ]; then python3 -m pytest -v -rf --tb=short -m gpu ${CORE_GPU_TESTS-tests}; fi
+  python3 -m pytest -n "${TEST_WORKERS:-6}" -v -rf --tb=short -m gpu ${GPU_TESTS:-plugins}
+}
+export -f gpu_tests
+timeout "${TEST_TIMEOUT:-150}" bash -c gpu_tests 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed" | tail -40
