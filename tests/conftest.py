@@ -79,9 +79,36 @@ def _crash(op, w, device):
     return scale
 
 
+def _variants(op, w):
+    return [{"spin_s": 0.002}, {"spin_s": 0.0}, {"spin_s": 0.0, "writes": "half"}]
+
+
+def _tunable(op, w, device, config=None):
+    import time
+
+    config = config or _variants(op, w)[0]
+
+    def scale(x):
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < config["spin_s"]:
+            pass
+        out = torch.empty_like(x)
+        n = x.numel() // 2 if config.get("writes") == "half" else x.numel()
+        out[:n] = x[:n] * op.config(w)["alpha"]
+        return out
+
+    scale.config = config
+    return scale
+
+
+def _tunable_variants(op, w):
+    return _variants(op, w)[:2] if "TOY_BAD_IMPLS" not in __import__("os").environ else _variants(op, w)
+
+
 @hookimpl
 def npuops_implementations(ops):
-    impls = [Implementation("ToyScaleFwd", "toy_ours", "ours", _ours)]
+    impls = [Implementation("ToyScaleFwd", "toy_ours", "ours", _ours),
+             Implementation("ToyScaleFwd", "toy_tunable", "ours", _tunable, variants=_tunable_variants)]
     if "TOY_BAD_IMPLS" in __import__("os").environ:
         impls += [
             Implementation("ToyScaleFwd", "half_written", "ours", _half_written),

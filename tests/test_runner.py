@@ -19,9 +19,10 @@ from npuops.timing import TimingOptions
 FAST = TimingOptions(budget_s=0.05, min_reps=3, warmup_s=0.01)
 
 
-def run(tmp_path: Path, impls=None, jobs=1, out="results.jsonl"):
+def run(tmp_path: Path, impls=None, jobs=1, out="results.jsonl", tune=False):
     registry = load_registry()
-    runner = Runner(registry, RunOptions(device="cpu", jobs=jobs, timing=FAST), tmp_path / out)
+    options = RunOptions(device="cpu", jobs=jobs, timing=FAST, tune=tune, tuning_timing=FAST)
+    runner = Runner(registry, options, tmp_path / out)
     counts = runner.run(registry.workloads("ToyScaleFwd"), impls)
     return counts, read_results(tmp_path / out)
 
@@ -29,7 +30,7 @@ def run(tmp_path: Path, impls=None, jobs=1, out="results.jsonl"):
 def test_rows_for_every_impl_and_regime(toy, tmp_path):
     counts, results = run(tmp_path)
     impls = {r["impl"] for r in results.rows}
-    assert impls == {"toy_ours", "torch_eager", "torch_compile", "torch_compile_reduce_overhead"}
+    assert impls == {"toy_ours", "toy_tunable", "torch_eager", "torch_compile", "torch_compile_reduce_overhead"}
     by = {(r["workload"], r["impl"], r["regime"]): r for r in results.rows}
     ok = by[("W1", "toy_ours", "eager")]
     assert ok["status"] == "ok" and ok["timing"]["median_ms"] > 0 and ok["timing"]["n"] >= 3
@@ -40,7 +41,7 @@ def test_rows_for_every_impl_and_regime(toy, tmp_path):
     assert by[("W1", "toy_ours", "graph")]["status"] == "skipped"
     assert "graph" in by[("W1", "toy_ours", "graph")]["reason"]
     assert "CUDA" in by[("W2", "torch_compile_reduce_overhead", "eager")]["reason"]
-    assert counts["ok"] == 2 * 3 and counts["skipped"] == 2 * 4 + 2 * 1
+    assert counts["ok"] == 2 * 4 and counts["skipped"] == 2 * 5 + 2 * 1
     env = next(iter(results.env.values()))
     assert env["device"]["device"] == "cpu" and env["versions"]["torch"]
 
@@ -90,7 +91,7 @@ def test_kill_minus_9_loses_no_finished_row(toy, tmp_path):
     keys = [row_key(r) for r in lines if r.get("record") == "row"]
     assert len(keys) == len(set(keys)), "a row was written twice"
     assert finished <= {row_key(r) for r in after.rows}
-    assert len(after.rows) == 2 * 4 * 2  # 2 workloads x 4 impls x 2 regimes, all present once
+    assert len(after.rows) == 2 * 5 * 2  # 2 workloads x 5 impls x 2 regimes, all present once
 
 
 def test_user_workloads_from_a_file_run_like_catalog_ones(toy, tmp_path):
@@ -103,3 +104,26 @@ def test_user_workloads_from_a_file_run_like_catalog_ones(toy, tmp_path):
     subprocess.run(cmd, env=os.environ.copy(), check=True, capture_output=True, timeout=300)
     (row,) = read_results(out).rows
     assert (row["workload"], row["label"], row["status"], row["source"]) == ("U1", "mine", "ok", str(path))
+
+
+def test_plain_run_builds_the_default_variant(toy, tmp_path):
+    _, results = run(tmp_path, impls=["toy_tunable"])
+    row = next(r for r in results.rows if r["regime"] == "eager")
+    assert row["config"] == {"spin_s": 0.002} and "tuning" not in row
+
+
+def test_tuning_checks_every_variant_and_measures_the_fastest(toy, tmp_path):
+    _, results = run(tmp_path, impls=["toy_tunable"], tune=True)
+    row = next(r for r in results.rows if r["regime"] == "eager" and r["workload"] == "W1")
+    assert row["status"] == "ok" and row["config"] == {"spin_s": 0.0}
+    tried = {tuple(t["config"].items()): t["median_ms"] for t in row["tuning"]}
+    assert len(tried) == 2 and tried[(("spin_s", 0.002),)] > 2 * tried[(("spin_s", 0.0),)]
+    assert row["timing"]["median_ms"] < 1.0  # the fast variant's own measurement, not the slow one's
+
+
+def test_a_wrong_variant_makes_the_row_wrong(toy, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOY_BAD_IMPLS", "1")
+    _, results = run(tmp_path, impls=["toy_tunable"], tune=True)
+    row = next(r for r in results.rows if r["regime"] == "eager")
+    assert row["status"] == "wrong" and "variant" in row["reason"] and row["config"]["writes"] == "half"
+    assert "timing" not in row

@@ -130,9 +130,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
             raise unknown("regime", regime, REGIMES)
     options = RunOptions(device=device.name, regimes=regimes, jobs=args.jobs, seed=args.seed,
-                         timing=TimingOptions(budget_s=args.budget), task_timeout_s=args.timeout, rerun=args.rerun)
+                         timing=TimingOptions(budget_s=args.budget), task_timeout_s=args.timeout, rerun=args.rerun,
+                         tune=args.tune)
     console.print(f"npuops run: {len(workloads)} workloads on {device.name} "
-                  f"({device.describe().get('model')}), regimes {', '.join(regimes)}, {args.jobs} job(s) → {args.out}")
+                  f"({device.describe().get('model')}), regimes {', '.join(regimes)}, {args.jobs} job(s)"
+                  f"{', tuning launch variants' if args.tune else ''} → {args.out}")
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn()]
     with Progress(*columns, console=console, transient=False, disable=args.no_progress) as progress:
@@ -245,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=0.5, help="seconds per measurement before settling for an unstable median")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per implementation-workload before it fails")
     p.add_argument("--rerun", action="store_true", help="measure again rows the results file already has")
+    p.add_argument("--tune", action="store_true",
+                   help="for implementations with launch variants: check every variant, time each, measure the fastest")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ TIERS = ("ours", "torch_eager", "torch_compile", "vendor", "open-source")
 
 BuildFn = Callable[["Op", "Workload", torch.device], Callable[..., Any]]
 SupportsFn = Callable[["Op", "Workload", "Device"], "str | None"]
+VariantsFn = Callable[["Op", "Workload"], "Sequence[Mapping[str, Any]]"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,11 @@ class Implementation:
     and timed, called as ``fn(**inputs)``; a ``config`` attribute on it (a kernel's launch
     configuration) is recorded with its rows. ``supports(op, workload, device)`` returns None or the
     reason it cannot run that workload there.
+
+    ``variants(op, workload)``, where given, lists launch configurations to choose among, the
+    default first; ``build(op, workload, device, config=c)`` builds one. A plain run builds the
+    default; a tuning run (``npuops run --tune``) checks every variant, times each and measures the
+    fastest, recording what it tried.
     """
 
     op: str
@@ -43,12 +49,20 @@ class Implementation:
     nan_fill: bool = True
     description: str = ""
     plugin: str = ""
+    variants: VariantsFn | None = None
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
             raise ValueError(f"implementation {self.name!r} of {self.op}: tier {self.tier!r} is not one of {', '.join(TIERS)}")
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"implementation of {self.op}: name must be a non-empty string")
+
+    def builds(self, op: Op, w: Workload, device: torch.device, tune: bool) -> list[Callable[..., Any]]:
+        """The callables to check (and, several, to choose among by time): the default build, or
+        with ``tune`` one per variant."""
+        if not (tune and self.variants):
+            return [self.build(op, w, device)]
+        return [self.build(op, w, device, config=config) for config in self.variants(op, w)]
 
     def why_not(self, op: Op, w: Workload, device: Device) -> str | None:
         """None when this implementation can run ``w`` on ``device``; else the reason."""

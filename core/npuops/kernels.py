@@ -6,13 +6,13 @@ TileLang is imported lazily: the core and the plugins load (and list, and run ba
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .impl import Implementation
+from .impl import Implementation, VariantsFn
 
 if TYPE_CHECKING:
     from .devices import Device
@@ -131,6 +131,7 @@ def tilelang_implementation(
     supports: Callable[[Op, Workload], str | None] | None = None,
     name: str = "tilelang",
     description: str = "",
+    variants: VariantsFn | None = None,
 ) -> Implementation:
     """An ``ours``-tier implementation whose ``build`` compiles TileLang kernels for a workload
     (usually ``lambda op, w, device: spec(op, w).compile(device)`` for a :class:`KernelSpec`)."""
@@ -139,17 +140,26 @@ def tilelang_implementation(
         return why_tilelang_cannot_run(device) or (supports(op, w) if supports else None)
 
     return Implementation(op_name, name, "ours", build, devices=("cuda",), supports=why_not,
-                          description=description or "TileLang kernel, compiled per workload")
+                          description=description or "TileLang kernel, compiled per workload", variants=variants)
+
+
+def _build(op: Op, w: Workload, device: torch.device, config: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+    return op.tilelang_build(w, device) if config is None else op.tilelang_build(w, device, config)
+
+
+def _variants(op: Op, w: Workload) -> Sequence[Mapping[str, Any]]:
+    return op.tilelang_variants(w)
 
 
 def kernel_implementations(ops: Mapping[str, Op], package: str, description: str) -> list[Implementation]:
     """The ``ours`` implementation of every op of ``package`` that defines ``tilelang_build(w,
     device)`` (and ``kernel_unsupported(w)``, None where its kernel takes ``w``) and whose kernel
-    covers at least one of its workloads."""
+    covers at least one of its workloads. Ops that also define ``tilelang_variants(w)`` (launch
+    configurations, the default first) take ``tilelang_build(w, device, config)`` for each."""
     return [
-        tilelang_implementation(op.name, lambda op, w, device: op.tilelang_build(w, device),
-                                supports=lambda op, w: op.kernel_unsupported(w),
-                                description=getattr(op, "kernel_description", description))
+        tilelang_implementation(op.name, _build, supports=lambda op, w: op.kernel_unsupported(w),
+                                description=getattr(op, "kernel_description", description),
+                                variants=_variants if callable(getattr(op, "tilelang_variants", None)) else None)
         for op in ops.values()
         if type(op).__module__.startswith(f"{package}.") and hasattr(op, "tilelang_build")
         and any(op.kernel_unsupported(w) is None for w in op.workloads)

@@ -163,7 +163,7 @@ def json_records(results: Results) -> list[dict[str, Any]]:
                 "sol_pct": metrics.get("sol_pct"), "bound": metrics.get("bound"),
                 "label": e.label, "dtype": e.dtype, "device": row["device"],
                 "min_ms": row["timing"]["min_ms"] if ok else None, "n": row["timing"]["n"] if ok else None,
-                "reason": row.get("reason"), "config": row.get("config"),
+                "reason": row.get("reason"), "config": row.get("config"), "tuning": row.get("tuning"),
             })
     return records
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import multiprocessing as mp
 import os
 import socket
@@ -61,6 +62,8 @@ class RunOptions:
     timing: TimingOptions = field(default_factory=TimingOptions)
     task_timeout_s: float = 600.0
     rerun: bool = False  # run rows again even if the results file has them
+    tune: bool = False  # build every variant of implementations that list them; measure the fastest
+    tuning_timing: TimingOptions = field(default_factory=lambda: TimingOptions(budget_s=0.15, warmup_s=0.05))
 
 
 def base_row(op: Op, w: Workload, impl: Implementation, regime: str, device: str) -> dict[str, Any]:
@@ -202,22 +205,34 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
             if need > free:
                 return finish("failed", reason=f"needs {need / _GIB:.2f} GiB of {device.name} memory, {free / _GIB:.2f} GiB free")
             t0 = time.perf_counter()
-            fn = impl.build(op, w, device.torch_device())
+            fns = impl.builds(op, w, device.torch_device(), options.tune)
             stage = "first call"
             inputs = op.make_inputs(w, InputRNG(device.torch_device(), options.seed + 1))
-            fn(**inputs)  # lazy compilers (torch.compile) compile here, outside the device lock
+            for fn in fns:
+                fn(**inputs)  # lazy compilers (torch.compile) compile here, outside the device lock
             device.synchronize()
             build_s = time.perf_counter() - t0
-            config = getattr(fn, "config", None)
-            if config is not None:
-                for row in rows.values():
-                    row["config"] = config
             with contextlib.nullcontext() if exclusive else lock:
-                stage = "check"
-                result = check(op, w, fn, device, options.seed, nan_fill=impl.nan_fill)
-                checked = {"max_error": result.max_error, "max_abs_error": result.max_abs_error}
-                if not result.ok:
-                    return finish("wrong", reason=result.detail, check=checked, build_s=build_s)
+                errors = []
+                for fn in fns:
+                    where = f"variant {_config_of(fn)}: " if len(fns) > 1 else ""
+                    stage = f"{where}check"
+                    result = check(op, w, fn, device, options.seed, nan_fill=impl.nan_fill)
+                    errors.append({"max_error": result.max_error, "max_abs_error": result.max_abs_error})
+                    if not result.ok:
+                        return finish("wrong", reason=where + result.detail, check=errors[-1], build_s=build_s,
+                                      **_config_field(fn))
+                chosen = 0
+                if len(fns) > 1:
+                    stage = "tuning"
+                    tried = [measure(functools.partial(fn, **inputs), device, "eager", options.tuning_timing).median_ms
+                             for fn in fns]
+                    chosen = min(range(len(fns)), key=tried.__getitem__)
+                    for row in rows.values():
+                        row["tuning"] = [{"config": _config_of(fn), "median_ms": ms} for fn, ms in zip(fns, tried, strict=True)]
+                fn, checked, fns = fns[chosen], errors[chosen], None
+                for row in rows.values():
+                    row.update(_config_field(fn))
                 for regime in task.regimes:
                     stage = f"timing ({regime})"
                     timing = measure(lambda: fn(**inputs), device, regime, options.timing, capture=impl.graph_capturable)
@@ -229,8 +244,16 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
         except Exception as health:
             raise _DeviceLost(_describe_error(health)) from None
     finally:
-        fn = inputs = None  # noqa: F841 - drop references before releasing cached memory
+        fn = fns = inputs = None  # noqa: F841 - drop references before releasing cached memory
         device.release_memory()
+
+
+def _config_of(fn: Callable[..., Any]) -> Any:
+    return getattr(fn, "config", None)
+
+
+def _config_field(fn: Callable[..., Any]) -> dict[str, Any]:
+    return {} if _config_of(fn) is None else {"config": _config_of(fn)}
 
 
 def _worker_main(conn: Connection, device_name: str, options: RunOptions, user_workloads: list[tuple[dict, str]],

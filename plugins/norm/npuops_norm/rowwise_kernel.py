@@ -35,6 +35,11 @@ def elements_per_thread(rows: int) -> int:
     return FEW_ROWS_ELEMENTS_PER_THREAD if rows <= FEW_ROWS else ELEMENTS_PER_THREAD
 
 
+def min_blocks_per_sm(rows: int) -> int:
+    """Blocks per SM to budget registers for: only many rows share an SM."""
+    return 1 if rows <= FEW_ROWS else MIN_BLOCKS_PER_SM
+
+
 @dataclass(frozen=True)
 class RowNorm:
     stat: str  # "rms": x/sqrt(mean x² + eps); "meanvar": (x-mean)/sqrt(var + eps);
@@ -72,6 +77,24 @@ def launch_threads(hidden: int, itemsize: int, per_thread: int = ELEMENTS_PER_TH
     return threads, -(-hidden // threads) * threads
 
 
+def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, int]]:
+    """Launch configurations ``npuops run --tune`` chooses among, the rule's first: half, twice and
+    four times its elements per thread (at most 64), and for many rows also no register bound."""
+    hidden, rows = shape[-1] * spec.segments, math.prod(shape[:-1]) // spec.segments
+    grouped = spec.groups > 1 or spec.segments > 1
+    share = elements_per_thread(rows)
+    variants = []
+    for per_thread in (share, share // 2, *(m * share for m in (2, 4) if m * share <= 64)):
+        threads, padded = launch_threads(hidden, dtype.itemsize, per_thread)
+        if grouped and padded != hidden:
+            continue
+        for blocks in dict.fromkeys((min_blocks_per_sm(rows), 1)):
+            config = {"threads": threads, "min_blocks": blocks}
+            if config not in variants:
+                variants.append(config)
+    return variants
+
+
 def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> str | None:
     """Why :func:`rowwise_kernel` cannot take rows of ``shape`` (None: it can). Masked padding of
     several groups at once gave wrong sums on the H200 (2x1000, 8 groups), so grouped rows must
@@ -83,9 +106,10 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
 
 
 def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1,
-                   threads: int | None = None, min_blocks: int = MIN_BLOCKS_PER_SM) -> KernelSpec:
+                   threads: int | None = None, min_blocks: int | None = None) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
-    ``spec.segments`` the first dim is the segments); ``threads`` overrides the rule's count; ``min_blocks`` blocks per SM bound the registers."""
+    ``spec.segments`` the first dim is the segments). ``threads`` and ``min_blocks`` (blocks per
+    SM the registers are budgeted for) override the launch rule."""
     import tilelang.language as T
 
     segs = spec.segments
@@ -98,6 +122,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         threads, padded = launch_threads(hidden * segs, dtype.itemsize, elements_per_thread(rows))
     else:
         padded = -(-hidden * segs // threads) * threads
+    if min_blocks is None:
+        min_blocks = min_blocks_per_sm(rows)
     if segs > 1:
         padded = hidden * segs
     if padded != hidden * segs and G > 1:

@@ -140,11 +140,12 @@ def test_non_contiguous_input_is_rejected():
 
 @pytest.mark.parametrize("rows,hidden,threads", [(2048, 16384, 512), (2048, 4096, 128), (1, 4096, 512), (1, 8192, 1024)])
 def test_launch_rule(rows, hidden, threads):
-    """Many rows: ~32 elements per thread, two blocks per SM; a few (decode): ~8 per thread."""
+    """Many rows: ~32 elements per thread, registers for two blocks per SM; a few (decode): ~8 per
+    thread, registers unbounded."""
     from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
 
     config = rowwise_kernel(RowNorm("rms", 1e-6, weight="w"), (rows, hidden), torch.bfloat16).config
-    assert config["threads"] == threads and config["min_blocks_per_sm"] == 2
+    assert config["threads"] == threads and config["min_blocks_per_sm"] == (2 if rows > 8 else 1)
 
 
 @pytest.mark.parametrize("rows,early", [(1, True), (2048, False)])
@@ -157,3 +158,20 @@ def test_few_rows_load_the_weight_with_the_row(rows, early):
     source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
     body = source[source.index("__launch_bounds__"):]
     assert (body.index("(W +") < body.index("AllReduce")) == early
+
+
+def test_launch_variants_start_with_the_rule_and_each_compiles():
+    """What `npuops run --tune` chooses among: the rule's launch first, then others that split
+    the (grouped) row evenly."""
+    from npuops_norm.rowwise_kernel import rowwise_kernel
+
+    op = REGISTRY.op("GroupRMSNormFwd")
+    w = op.workload("W2")
+    variants = op.tilelang_variants(w)
+    default = row_spec(op, w).config
+    assert variants[0] == {"threads": default["threads"], "min_blocks": default["min_blocks_per_sm"]}
+    assert len(variants) > 2 and len({tuple(v.items()) for v in variants}) == len(variants)
+    for config in variants:
+        spec = rowwise_kernel(op.row_norm(w), w.shapes["x"], w.dtype_of("x"), **config)
+        assert not spec.config["masked"] and spec.config["threads"] == config["threads"]
+        assert "__global__" in compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()

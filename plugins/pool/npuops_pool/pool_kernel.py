@@ -18,8 +18,9 @@ import torch
 from npuops.kernels import KernelSpec, tilelang_dtype
 
 F32 = "float32"
-BLOCK = 256  # threads per block, one output element each
+BLOCK = 256  # threads per block of the window kernel, one output element each
 PLANES_PER_BLOCK = 128  # whole-input windows: planes staged per block, one thread reducing each
+STAGED_BYTES = 96 * 1024  # shared memory the staged planes of a block may take (two blocks per SM)
 
 
 @dataclass(frozen=True)
@@ -49,25 +50,44 @@ def covers_whole_input(spec: Pooling) -> bool:
                              and all(d == 1 for d in spec.dilation))
 
 
-def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> KernelSpec:
-    if covers_whole_input(spec):
-        return whole_input_kernel(spec, input_shape, dtype)
-    return window_kernel(spec, input_shape, dtype)
+def staged_row(spec: Pooling, dtype: torch.dtype) -> int:
+    """Elements of a plane's row in shared memory: padded to an odd number of 4-byte words, so the
+    threads' strided reads fall in distinct banks."""
+    words = -(-math.prod(spec.spatial_in) * dtype.itemsize // 4)
+    return (words + (words % 2 == 0)) * 4 // dtype.itemsize
 
 
-def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> KernelSpec:
+def stages_planes(spec: Pooling, dtype: torch.dtype, threads: int) -> bool:
+    """Whether the staged whole-input kernel takes ``spec`` with ``threads`` planes per block."""
+    return covers_whole_input(spec) and threads * staged_row(spec, dtype) * dtype.itemsize <= STAGED_BYTES
+
+
+def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, threads: int | None = None) -> KernelSpec:
+    """The kernel for ``spec``; ``threads`` per block overrides the default."""
+    if stages_planes(spec, dtype, threads or PLANES_PER_BLOCK):
+        return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK)
+    return window_kernel(spec, input_shape, dtype, threads or BLOCK)
+
+
+def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict[str, int]]:
+    """Block sizes ``npuops run --tune`` chooses among, the default first."""
+    if stages_planes(spec, dtype, PLANES_PER_BLOCK):
+        return [{"threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
+                if stages_planes(spec, dtype, t)]
+    return [{"threads": t} for t in (BLOCK, BLOCK // 2, BLOCK * 2)]
+
+
+def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int) -> KernelSpec:
     """Global pooling. A thread per output walking its plane in global memory reads 32 planes per
     warp instruction (uncoalesced: 0.31x torch.compile on a 128-long max pool), so a block first
     copies PLANES_PER_BLOCK whole planes to shared memory with coalesced loads, then each thread
-    reduces one plane there. Rows are padded to an odd number of 4-byte words so the threads'
-    strided reads fall in distinct banks."""
+    reduces one plane there (planes small enough for STAGED_BYTES; larger ones take the window
+    kernel)."""
     import tilelang.language as T
 
     dt = tilelang_dtype(dtype)
     planes, size = math.prod(input_shape[:2]), math.prod(input_shape[2:])
-    words = -(-size * dtype.itemsize // 4)
-    padded = (words + (words % 2 == 0)) * 4 // dtype.itemsize
-    block = PLANES_PER_BLOCK
+    padded = staged_row(spec, dtype)
     divisor = float(spec.divisor_override or size)  # the window is the input: no padding to count
 
     @T.prim_func
@@ -98,7 +118,7 @@ def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch
     )
 
 
-def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> KernelSpec:
+def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int) -> KernelSpec:
     """Any pooling: a thread per output element visiting its window's taps in global memory."""
     import tilelang.language as T
 
@@ -126,13 +146,13 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
-        with T.Kernel(T.ceildiv(total, BLOCK), threads=BLOCK) as bx:
+        with T.Kernel(T.ceildiv(total, block), threads=block) as bx:
             # Tile-level form (no thread indices), so the same kernel also builds for TileLang's CPU
             # target, where the tests check it against the reference without a GPU.
-            acc = T.alloc_fragment((BLOCK,), F32)
-            count = T.alloc_fragment((BLOCK,), "int32")
-            for t in T.Parallel(BLOCK):
-                idx = bx * BLOCK + t
+            acc = T.alloc_fragment((block,), F32)
+            count = T.alloc_fragment((block,), "int32")
+            for t in T.Parallel(block):
+                idx = bx * block + t
                 if idx < total:
                     ow = idx % oW
                     oh = (idx // oW) % oH
@@ -173,5 +193,5 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
         (("input", (planes, D, H, W)), ("output", (planes, oD, oH, oW))),
         {"output": dtype},
         (("output", output_shape),),
-        {"threads": BLOCK, "outputs_per_thread": 1, "taps": taps},
+        {"threads": block, "outputs_per_thread": 1, "taps": taps},
     )

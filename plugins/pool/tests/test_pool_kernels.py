@@ -95,6 +95,29 @@ def test_whole_input_windows_take_the_staged_kernel():
         op = REGISTRY.op(op_name)
         w = make_workload(op_name, (1, 2, 9, 9), "f32", **params)
         assert "planes_per_block" in pool_kernel(op.pooling(w), w.shapes["input"], torch.float32).config
+    # Planes too large to stage in shared memory take the window kernel.
+    op = REGISTRY.op("AdaptiveAvgPool2dFwd")
+    w = make_workload("AdaptiveAvgPool2dFwd", (1, 2, 56, 56), "f32", output_size=[1, 1])
+    assert "planes_per_block" not in pool_kernel(op.pooling(w), w.shapes["input"], torch.float32).config
+
+
+@pytest.mark.parametrize("op_name,shape,params", [
+    ("MaxPool2dFwd", (1, 3, 9, 9), dict(kernel_size=3, stride=2, padding=1)),
+    ("AdaptiveAvgPool2dFwd", (2, 70, 7, 7), dict(output_size=[1, 1])),
+])
+def test_every_launch_variant_matches_the_reference_on_the_cpu_target(op_name, shape, params):
+    from npuops.kernels import CPU_TARGET
+    from npuops_pool.pool_kernel import pool_kernel
+
+    op = REGISTRY.op(op_name)
+    w = make_workload(op_name, shape, "f32", **params)
+    variants = op.tilelang_variants(w)
+    assert len(variants) == 3 and len({v["threads"] for v in variants}) == 3
+    for config in variants:
+        spec = pool_kernel(op.pooling(w), w.shapes["input"], torch.float32, **config)
+        fn = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
+        result = check(op, w, fn, CPUDevice(), seed=3)
+        assert result.ok and spec.config["threads"] == config["threads"], (config, result.detail)
 
 
 @pytest.mark.parametrize("op_name,params", NAN_CASES)

@@ -25,7 +25,6 @@ from npuops.kernels import KernelSpec
 
 THREADS = 1024
 VECTOR = 8  # keys each thread loads per step: 32 KB of a row in flight per block, not 4 KB
-STEP = THREADS * VECTOR
 # Digit rounds over the 32-bit key, top first: (shift, bits). The first, 12 bits wide (sign,
 # exponent, 3 mantissa bits), leaves few keys beside the threshold for the later rounds.
 ROUNDS = ((20, 12), (12, 8), (4, 8), (0, 4))
@@ -33,8 +32,17 @@ BINS = 1 << max(bits for _, bits in ROUNDS)
 CANDIDATES = 3072  # keys of the threshold's first digit kept in shared memory (positions)
 
 
-def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int) -> KernelSpec:
+def launch_variants() -> list[dict[str, int]]:
+    """(threads, keys per thread and step) ``npuops run --tune`` chooses among, the default first."""
+    return [{"threads": t, "vector": v} for t, v in ((THREADS, VECTOR), (THREADS, VECTOR // 2),
+                                                      (THREADS, VECTOR * 2), (THREADS // 2, VECTOR * 2))]
+
+
+def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
+                  vector: int = VECTOR) -> KernelSpec:
     import tilelang.language as T
+
+    STEP = threads * vector  # keys a block loads per step
 
     rows = batch * seq_len * kv_group
     # One shared int32 buffer (TileLang's CPU target allows a single one): histogram / counts from
@@ -76,17 +84,17 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
 
     @T.macro
     def count_candidates(shared, threshold, shift, bits):
-        for step in T.serial(T.ceildiv(CANDIDATES, THREADS)):
-            for i in T.Parallel(THREADS):
-                c = T.min(step * THREADS + i, CANDIDATES - 1)
-                if step * THREADS + i < shared[COUNT] and matches(candidate_key(shared, c), threshold, shift, bits):
+        for step in T.serial(T.ceildiv(CANDIDATES, threads)):
+            for i in T.Parallel(threads):
+                c = T.min(step * threads + i, CANDIDATES - 1)
+                if step * threads + i < shared[COUNT] and matches(candidate_key(shared, c), threshold, shift, bits):
                     T.atomic_add(shared[HIST + digit(candidate_key(shared, c), shift, bits)], 1)
 
     def scan_span(bits):
         """Histogram entries a round clears and scans: at least one per thread, since a parallel
         loop shorter than the block runs on some threads only, and TileLang then drops the
         barriers between the scan's steps (measured: wrong digits, then writes past the row)."""
-        return max(1 << bits, THREADS)
+        return max(1 << bits, threads)
 
     @T.macro
     def choose_digit(shared, need, bits):
@@ -135,7 +143,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     def main(Scores: T.Tensor((batch, seq_len, seq_len_kv, kv_group), "float32"),
              Starts: T.Tensor((batch, seq_len), "int32"), Ends: T.Tensor((batch, seq_len), "int32"),
              Indices: T.Tensor((batch, seq_len, kv_group, topk), "int32")):
-        with T.Kernel(rows, threads=THREADS) as r:
+        with T.Kernel(rows, threads=threads) as r:
             shared = T.alloc_shared((2 * BINS + 2 * CANDIDATES + 4,), "int32")
             vals = T.alloc_fragment((STEP,), "uint32")  # one step's keys
             threshold = T.alloc_var("uint32")  # the digits of the k-th largest key found so far
@@ -186,10 +194,10 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 need = need - above_chosen(shared, bits)
             T.sync_threads()
             if kept:
-                for step in T.serial(T.ceildiv(CANDIDATES, THREADS)):
-                    for i in T.Parallel(THREADS):
-                        c = T.min(step * THREADS + i, CANDIDATES - 1)
-                        if step * THREADS + i < shared[COUNT]:
+                for step in T.serial(T.ceildiv(CANDIDATES, threads)):
+                    for i in T.Parallel(threads):
+                        c = T.min(step * threads + i, CANDIDATES - 1)
+                        if step * threads + i < shared[COUNT]:
                             pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c), threshold, need, taken)
             else:
                 for step in T.serial(T.ceildiv(end, STEP)):
@@ -209,5 +217,5 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": THREADS, "keys_per_thread_step": VECTOR, "digit_bits": [bits for _, bits in ROUNDS], "candidates": CANDIDATES},
+        {"threads": threads, "vector": vector, "digit_bits": [bits for _, bits in ROUNDS], "candidates": CANDIDATES},
     )

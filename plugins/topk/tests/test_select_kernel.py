@@ -24,10 +24,10 @@ def workload(shape, topk, **params):
                     params={"topk": topk, **params}, shape_dtypes={"starts": "i32", "ends": "i32"})
 
 
-def cpu_selector(w):
+def cpu_selector(w, **config):
     from npuops_topk.select_kernel import select_kernel
 
-    spec = select_kernel(*w.shapes["index_score"], OP.config(w)["topk"])
+    spec = select_kernel(*w.shapes["index_score"], OP.config(w)["topk"], **config)
     return spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
 
 
@@ -46,6 +46,14 @@ def test_selection_is_exact_on_the_cpu_target(shape, topk, params):
     OP.validate(w)
     result = check(OP, w, cpu_selector(w), CPUDevice(), seed=1)
     assert result.ok, result.detail
+
+
+def test_every_launch_variant_is_exact_on_the_cpu_target():
+    w = workload((1, 6, 20000, 1), 50)
+    variants = OP.tilelang_variants(w)
+    assert len({tuple(v.items()) for v in variants}) == len(variants) > 1
+    for config in variants:
+        assert check(OP, w, cpu_selector(w, **config), CPUDevice(), seed=4).ok, config
 
 
 def test_ties_pick_any_of_the_equal_scores():

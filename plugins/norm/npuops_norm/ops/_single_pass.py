@@ -36,9 +36,16 @@ class SinglePassNormOp(Op):
     def kernel_samples(self, w) -> int:
         return 1
 
-    def tilelang_build(self, w, device):
-        """Our kernel for ``w`` as the callable the runner checks and times."""
+    def tilelang_variants(self, w):
+        from ..rowwise_kernel import launch_variants
+
+        return launch_variants(self.row_norm(w), w.shapes["x"], w.dtype_of("x"))
+
+    def tilelang_build(self, w, device, config=None):
+        """Our kernel for ``w`` (with a launch ``config`` from ``tilelang_variants``, or the launch
+        rule's) as the callable the runner checks and times."""
         from ..rowwise_kernel import rowwise_kernel
 
-        spec = rowwise_kernel(self.row_norm(w), w.shapes["x"], w.dtype_of("x"), samples=self.kernel_samples(w))
+        spec = rowwise_kernel(self.row_norm(w), w.shapes["x"], w.dtype_of("x"), samples=self.kernel_samples(w),
+                              **(config or {}))
         return spec.compile(device)

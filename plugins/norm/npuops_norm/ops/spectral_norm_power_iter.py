@@ -46,6 +46,8 @@ class SpectralNormPowerIterFwd(RowwiseNormOp):
 
         return unsupported(*w.shapes["x"])
 
+    tilelang_variants = None  # its own kernels, one launch configuration
+
     def tilelang_build(self, w, device):
         from ..spectral_kernel import build_power_iteration
 

@@ -91,10 +91,15 @@ class PoolOp(Op):
             return "the TileLang pooling kernel returns values only; return_indices takes the torch path"
         return None
 
-    def tilelang_build(self, w, device):
+    def tilelang_variants(self, w):
+        from ..pool_kernel import launch_variants
+
+        return launch_variants(self.pooling(w), w.dtype_of("input"))
+
+    def tilelang_build(self, w, device, config=None):
         from ..pool_kernel import pool_kernel
 
-        return pool_kernel(self.pooling(w), w.shapes["input"], w.dtype_of("input")).compile(device)
+        return pool_kernel(self.pooling(w), w.shapes["input"], w.dtype_of("input"), **(config or {})).compile(device)
 
     def spatial_in(self, w) -> tuple[int, ...]:
         return tuple(w.shapes["input"][2:])

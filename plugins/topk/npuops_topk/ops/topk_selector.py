@@ -94,11 +94,15 @@ class TopkSelectorFwd(Op):
             return f"the TileLang selector reads f32 scores, not {w.dtype}"
         return None
 
-    def tilelang_build(self, w, device):
+    def tilelang_variants(self, w):
+        from ..select_kernel import launch_variants
+
+        return launch_variants()
+
+    def tilelang_build(self, w, device, config=None):
         from ..select_kernel import select_kernel
 
-        cfg = self.config(w)
-        return select_kernel(*w.shapes["index_score"], cfg["topk"]).compile(device)
+        return select_kernel(*w.shapes["index_score"], self.config(w)["topk"], **(config or {})).compile(device)
 
     def torch_impl(self, w):
         topk = self.config(w)["topk"]
