@@ -19,8 +19,8 @@ from npuops.kernels import KernelSpec, tilelang_dtype
 
 F32 = "float32"
 MAX_THREADS = 1024
-# Launch rule read off scripts/sweep_row_kernel.py on the H200 (benchmarks/h200-row-kernel-sweep.jsonl):
-# about 32 elements per thread was fastest or within 2% at 4096, 8192 and 16384 wide rows (1024
+# Launch rule read off a sweep on the H200 (benchmarks/h200-row-kernel-sweep.jsonl): about 32
+# elements per thread was fastest or within 2% at 4096, 8192 and 16384 wide rows (1024
 # threads lost 40-80%), and asking for two blocks per SM took LayerNorm 16384 from 80 registers
 # and one resident row per SM to 64 and two: 64.5 -> 42 us. Four blocks per SM spilled (100 us).
 ELEMENTS_PER_THREAD = 32
