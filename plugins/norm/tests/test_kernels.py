@@ -175,3 +175,20 @@ def test_launch_variants_start_with_the_rule_and_each_compiles():
         spec = rowwise_kernel(op.row_norm(w), w.shapes["x"], w.dtype_of("x"), **config)
         assert not spec.config["masked"] and spec.config["threads"] == config["threads"]
         assert "__global__" in compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+
+
+@pytest.mark.gpu
+def test_tuning_run_checks_and_times_every_variant(tmp_path):
+    from npuops.results import read_results
+    from npuops.runner import Runner, RunOptions
+    from npuops.timing import TimingOptions
+
+    op = REGISTRY.op("RMSNormFwd")
+    w = op.workload("W7")  # one row: three thread counts
+    options = RunOptions(device="cuda", regimes=("eager",), tune=True, timing=TimingOptions(budget_s=0.1))
+    Runner(REGISTRY, options, tmp_path / "r.jsonl").run([w], ["tilelang"])
+    (row,) = read_results(tmp_path / "r.jsonl").rows
+    assert row["status"] == "ok", row
+    # Each variant's kernel records its whole launch configuration.
+    assert [t["config"]["threads"] for t in row["tuning"]] == [v["threads"] for v in op.tilelang_variants(w)]
+    assert row["config"] == min(row["tuning"], key=lambda t: t["median_ms"])["config"]
