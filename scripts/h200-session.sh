@@ -7,11 +7,15 @@
 # (default plugins) pick the tests marked gpu;
 # RUN_TIMEOUT / TEST_TIMEOUT (seconds) keep the call inside the device's 10-minute limit;
 # TEST_WORKERS (default 6) pytest-xdist workers share the GPU (the device image has pytest-xdist).
-# .devkit comes from ../shared/devkit/pack-tilelang; .whl from scripts/pack-wheels.sh (liger-kernel).
+# .devkit comes from ../shared/devkit/pack-tilelang; .whl from scripts/pack-wheels.sh (liger-kernel);
+# .kcache (optional, carry it too) from scripts/warm-kernel-cache.py: the catalog's kernels precompiled.
 set -uo pipefail
 name=$1; shift
 export PYTHONUNBUFFERED=1 TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tilelang-cache}
 source .devkit/activate.sh
+if [ -f .kcache/cache.tar.xz ]; then  # kernels compiled ahead (scripts/warm-kernel-cache.py)
+  mkdir -p "$TILELANG_CACHE_DIR" && tar -xJf .kcache/cache.tar.xz -C "$TILELANG_CACHE_DIR"
+fi
 if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/wheels .whl/*.whl
   export PYTHONPATH=/tmp/wheels:$PYTHONPATH

@@ -6,6 +6,7 @@ TileLang is imported lazily: the core and the plugins load (and list, and run ba
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,8 +30,10 @@ def tilelang_dtype(dtype: torch.dtype) -> str:
 
 
 def cuda_target(arch: str | None = None) -> dict[str, str]:
-    """TileLang's target as a JSON dict (the string form is rejected); the current GPU's arch unless
-    given, so CPU-only machines can cross-compile for ``sm_90``."""
+    """TileLang's target as a JSON dict (the string form is rejected). The arch: as given, else
+    NPUOPS_CUDA_ARCH (e.g. ``sm_90``: CPU-only machines compile the kernels a GPU run would, into
+    TileLang's cache, see scripts/warm-kernel-cache.py), else the current GPU's."""
+    arch = arch or os.environ.get("NPUOPS_CUDA_ARCH")
     if arch is None:
         major, minor = torch.cuda.get_device_capability()
         arch = f"sm_{major}{minor}"

@@ -1,0 +1,70 @@
+"""Compile, on a machine without a GPU, every TileLang kernel a benchmark run of the catalog builds,
+into a TileLang cache that ships to the GPU machine: there each kernel loads instead of compiling
+(the GPU machine's compile time is most of a run's). Keys match when the TileLang version, the
+kernel's TIR and the target ({"kind": "cuda", "arch": "sm_90"}) do; a miss just compiles.
+
+    python scripts/warm-kernel-cache.py [--family norm,pool] [--variants] [--jobs 2]
+
+Writes .kcache/cache.tar.xz (git-ignored); carry ".kcache" with the device call and
+scripts/h200-session.sh unpacks it into the run's TILELANG_CACHE_DIR.
+"""
+
+import argparse
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ARCH = "sm_90"
+
+
+def build(job: tuple[str, bool]) -> str | None:
+    import torch
+    from npuops.registry import load_registry
+
+    key, variants = job
+    registry = load_registry()
+    op_name, wid = key.split("/")
+    op, impl = registry.op(op_name), registry.implementation(op_name, "tilelang")
+    try:
+        impl.builds(op, op.workload(wid), torch.device("cpu"), tune=variants)  # binding needs no GPU
+    except Exception as exc:  # reported; the rest go on
+        return f"{key}: {type(exc).__name__}: {exc}"[:300]
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", help="families, e.g. norm,pool (default: all with kernels)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--variants", action="store_true", help="every launch variant too (for npuops run --tune)")
+    args = parser.parse_args()
+
+    from npuops.registry import load_registry
+
+    registry = load_registry()
+    families = set(args.family.split(",")) if args.family else None
+    keys = []
+    for name, impls in sorted(registry.implementations.items()):
+        op = registry.op(name)
+        if (families and op.family not in families) or not any(i.name == "tilelang" for i in impls):
+            continue
+        keys += [w.key for w in op.workloads if op.kernel_unsupported(w) is None]
+
+    out = Path(".kcache")
+    out.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ.update(TILELANG_CACHE_DIR=cache, NPUOPS_CUDA_ARCH=ARCH)
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for done, error in enumerate(pool.map(build, [(key, args.variants) for key in keys]), 1):
+                print(f"[{done}/{len(keys)}] {error or 'ok'}", file=sys.stderr if error else sys.stdout, flush=True)
+        subprocess.run(["tar", "-C", cache, "-cJf", str(out / "cache.tar.xz"), "."], check=True)
+    print(f"wrote {out / 'cache.tar.xz'} ({(out / 'cache.tar.xz').stat().st_size / 2**20:.1f} MiB, {len(keys)} kernels)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
