@@ -219,9 +219,9 @@ def ours_text(e: Entry) -> str:
     return fmt_ms(_median(e.ours)) if e.ours else "·"
 
 
-def _grouped(results: Results) -> dict[tuple[str, str, str], list[Entry]]:
+def _grouped(entries: list[Entry]) -> dict[tuple[str, str, str], list[Entry]]:
     tables: dict[tuple[str, str, str], list[Entry]] = defaultdict(list)
-    for e in build_entries(results):
+    for e in entries:
         tables[(e.family, e.op, e.regime)].append(e)
     return tables
 
@@ -250,7 +250,8 @@ def render_terminal(results: Results, console: Any) -> None:
     for line in _env_lines(results):
         console.print(f"[dim]{line}[/dim]")
     colors = {"faster": "green", "slower": "red", "level": "", "none": ""}
-    summaries = summarize(build_entries(results))
+    all_entries = build_entries(results)
+    summaries = summarize(all_entries)
     if summaries:
         table = Table(title="ours against the fastest alternative, per op", title_justify="left")
         for h in SUMMARY_HEADERS:
@@ -262,7 +263,7 @@ def render_terminal(results: Results, console: Any) -> None:
                 cells[3] = f"[{style}]{cells[3]}[/{style}]"
             table.add_row(*cells)
         console.print(table)
-    for (family, op, regime), entries in _grouped(results).items():
+    for (family, op, regime), entries in _grouped(all_entries).items():
         table = Table(title=f"{family} · {op} · {regime}", title_justify="left", show_lines=False)
         for h in HEADERS:
             table.add_column(h, overflow="fold")
@@ -282,13 +283,14 @@ def render_markdown(results: Results) -> str:
     for line in _env_lines(results):
         out.write(f"- {line}\n")
     out.write(f"\n{FOOTNOTE}\n")
-    summaries = summarize(build_entries(results))
+    all_entries = build_entries(results)
+    summaries = summarize(all_entries)
     if summaries:
         out.write("\n## Summary: ours against the fastest alternative, per op\n\n")
         out.write("| " + " | ".join(SUMMARY_HEADERS) + " |\n|" + "---|" * len(SUMMARY_HEADERS) + "\n")
         for summary in summaries:
             out.write("| " + " | ".join(summary_cells(summary)) + " |\n")
-    for (family, op, regime), entries in _grouped(results).items():
+    for (family, op, regime), entries in _grouped(all_entries).items():
         out.write(f"\n## {family} · {op} · {regime}\n\n")
         out.write("| " + " | ".join(HEADERS) + " |\n|" + "---|" * len(HEADERS) + "\n")
         for e in entries:
@@ -334,7 +336,8 @@ def render_html(results: Results) -> str:
     parts += [f"<p class='env'>{esc(line)}</p>" for line in _env_lines(results)]
     parts.append(f"<p class='env'>Green: faster than the best alternative; red: slower; plain: within {LEVEL:.0%}. "
                  f"Times in ms (median device time). {esc(FOOTNOTE)}</p>")
-    summaries = summarize(build_entries(results))
+    all_entries = build_entries(results)
+    summaries = summarize(all_entries)
     if summaries:
         parts.append("<h2>Summary: ours against the fastest alternative, per op</h2><table><tr>")
         parts += [f"<th>{esc(h)}</th>" for h in SUMMARY_HEADERS]
@@ -344,7 +347,7 @@ def render_html(results: Results) -> str:
             cells[3] = f"<td class='num {ratio_class(summary.geomean_ratio)}'>{esc(summary_cells(summary)[3])}</td>"
             parts.append("<tr>" + "".join(cells) + "</tr>")
         parts.append("</table>")
-    for (family, op, regime), entries in _grouped(results).items():
+    for (family, op, regime), entries in _grouped(all_entries).items():
         parts.append(f"<h2>{esc(family)} · {esc(op)} · {esc(regime)}</h2><table><tr>")
         parts += [f"<th>{esc(h)}</th>" for h in HEADERS]
         parts.append("</tr>")

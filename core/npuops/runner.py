@@ -235,7 +235,8 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
                     row.update(_config_field(fn))
                 for regime in task.regimes:
                     stage = f"timing ({regime})"
-                    timing = measure(lambda: fn(**inputs), device, regime, options.timing, capture=impl.graph_capturable)
+                    timing = measure(functools.partial(fn, **inputs), device, regime, options.timing,
+                                     capture=impl.graph_capturable)
                     emit({**rows.pop(regime), "status": "ok", "timing": timing.to_dict(), "check": checked, "build_s": build_s})
     except Exception as exc:
         finish("failed", reason=f"{stage}: {_describe_error(exc)}")

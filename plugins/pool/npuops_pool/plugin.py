@@ -11,4 +11,5 @@ def npuops_ops():
 
 @hookimpl
 def npuops_implementations(ops):
-    return kernel_implementations(ops, __package__, "TileLang pooling: one thread per output, window taps bounds-checked")
+    return kernel_implementations(ops, __package__, "TileLang pooling: a thread per output visiting its window's taps, or "
+                                  "planes staged in shared memory for whole-input windows")

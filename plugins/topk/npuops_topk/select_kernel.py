@@ -6,9 +6,10 @@ set), selected digit by digit from the top (12, 8, 8 and 4 bits): each round cou
 agree with the digits found so far into a shared histogram, turns it into counts from the top with
 a parallel scan, and picks the digit of the k-th largest key, until the threshold key T is known.
 
-One read of the row counts the first digit; a second writes every key above T's first digit to
-the next free slot and keeps the positions of the keys sharing it (a few hundred on typical
-scores) in shared memory, where the later rounds and the final pick work. Keys above T take the
+One read of the row counts the first digit (each step loads ``vector`` keys per thread before
+using any, and steps stop at the row's end); a second writes every key above T's first digit to
+the next free slot and keeps the keys sharing it, positions and keys (a few hundred on typical
+scores), in shared memory, where the later rounds and the final pick work. Keys above T take the
 next slots, keys equal to T fill the remaining ones (ties: any of them), and the slots a short row
 leaves get -1. A row with more keys sharing T's first digit than the list holds (say, thousands of
 equal scores) takes the exact fallback: the later rounds and the pick re-read the row. Exact for
@@ -29,7 +30,7 @@ VECTOR = 8  # keys each thread loads per step: 32 KB of a row in flight per bloc
 # exponent, 3 mantissa bits), leaves few keys beside the threshold for the later rounds.
 ROUNDS = ((20, 12), (12, 8), (4, 8), (0, 4))
 BINS = 1 << max(bits for _, bits in ROUNDS)
-CANDIDATES = 3072  # keys of the threshold's first digit kept in shared memory (positions)
+CANDIDATES = 3072  # keys of the threshold's first digit kept in shared memory (position and key)
 
 
 def launch_variants() -> list[dict[str, int]]:
