@@ -99,10 +99,13 @@ class KernelSpec:
     outputs: Mapping[str, torch.dtype]
     returns: tuple[tuple[str, tuple[int, ...]], ...]
     config: Mapping[str, Any] = field(default_factory=dict)  # the launch configuration, recorded
+    # TileLang pass options the kernel needs (e.g. tl.disable_thread_storage_sync for a kernel that
+    # places its own barriers).
+    pass_configs: Mapping[str, Any] = field(default_factory=dict)
 
     def compile(self, device: torch.device, arch: str | None = None) -> Callable[..., Any]:
         """Compile and bind: the callable an implementation's build returns."""
-        return self.bind(compile_kernel(self.prim_func, arch), device)
+        return self.bind(compile_kernel(self.prim_func, arch, self.pass_configs), device)
 
     def bind(self, kernel: Any, device: torch.device) -> Callable[..., Any]:
         shapes = dict(self.params)

@@ -1,19 +1,25 @@
 """TileLang top-k selection (TopkSelectorFwd): an exact radix select, one thread block per
-(query row, kv group).
+(query row, kv group), that reads the row once.
 
 Scores become order-preserving 32-bit keys (negative floats bit-flipped, others with the sign bit
-set), selected digit by digit from the top (12, 8, 8 and 4 bits): each round counts the keys that
-agree with the digits found so far into a shared histogram, turns it into counts from the top with
-a parallel scan, and picks the digit of the k-th largest key, until the threshold key T is known.
+set). Three phases:
 
-One read of the row counts the first digit (each step loads ``vector`` keys per thread before
-using any, and steps stop at the row's end); a second writes every key above T's first digit to
-the next free slot and keeps the keys sharing it, positions and keys (a few hundred on typical
-scores), in shared memory, where the later rounds and the final pick work. Keys above T take the
-next slots, keys equal to T fill the remaining ones (ties: any of them), and the slots a short row
-leaves get -1. A row with more keys sharing T's first digit than the list holds (say, thousands of
-equal scores) takes the exact fallback: the later rounds and the pick re-read the row. Exact for
-every range length (including 0) and every score distribution.
+1. A sample of the row (``SAMPLE_CHUNKS`` contiguous chunks spread over its range, one step of
+   keys) is counted by its top 12 bits (sign, exponent, 3 mantissa bits); the digit where the
+   sample's count from the top reaches its share of ``topk``, with a margin, becomes a floor.
+2. One read of the row keeps every key at or above the floor, position and key, in shared memory
+   (a few thousand on typical scores; ``CANDIDATES`` fit).
+3. If the list holds at least ``topk`` keys (so the k-th largest is among them) and did not
+   overflow, the selection is finished there: four 8-bit digit rounds, each counting the keys that
+   agree with the digits found so far into a shared histogram, turning it into counts from the
+   top with a parallel scan and picking the digit of the k-th largest key, give the threshold key
+   T; keys above T take the next slots, keys equal to T fill the remaining ones (ties: any of them).
+
+Rows of at most ``CANDIDATES`` keys skip the sample (every key is listed). A sample that misjudged
+the row (too few keys listed, or more than the list holds, say thousands of equal scores) sends
+the row to the exact fallback: the same rounds and the pick re-read the row. The slots a short row
+leaves get -1. Exact for every range length (including 0) and every score distribution; only the
+speed depends on the sample.
 
 Written with tile-level operators only (no thread indices), so it also builds for TileLang's CPU
 target, where the tests check it against the reference without a GPU. TileLang is imported when a
@@ -26,28 +32,43 @@ from npuops.kernels import KernelSpec
 
 THREADS = 1024
 VECTOR = 8  # keys each thread loads per step: 32 KB of a row in flight per block, not 4 KB
-# Digit rounds over the 32-bit key, top first: (shift, bits). The first, 12 bits wide (sign,
-# exponent, 3 mantissa bits), leaves few keys beside the threshold for the later rounds.
-ROUNDS = ((20, 12), (12, 8), (4, 8), (0, 4))
-BINS = 1 << max(bits for _, bits in ROUNDS)
-CANDIDATES = 3072  # keys of the threshold's first digit kept in shared memory (position and key)
+# Digit rounds over the 32-bit key, top first: (shift, bits).
+ROUNDS = ((24, 8), (16, 8), (8, 8), (0, 8))
+SAMPLE_DIGIT = (20, 12)  # fine enough that the floor's bin adds few keys beyond the margin
+BINS = 1 << SAMPLE_DIGIT[1]
+CANDIDATES = 8192  # listed keys (position and key: 64 KB of shared memory, two blocks per SM)
+SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over the row
+STEP_OF_DEFAULT = THREADS * VECTOR  # keys per step (and sampled) at the default launch
 
 
 def launch_variants() -> list[dict[str, int]]:
     """(threads, keys per thread and step) ``npuops run --tune`` chooses among, the default first."""
-    return [{"threads": t, "vector": v} for t, v in ((THREADS, VECTOR), (THREADS, VECTOR // 2),
-                                                      (THREADS, VECTOR * 2), (THREADS // 2, VECTOR * 2))]
+    return [{"threads": t, "vector": v} for t, v in ((THREADS, VECTOR), (THREADS // 2, VECTOR * 2),
+                                                      (THREADS // 2, VECTOR), (THREADS, VECTOR * 2))]
+
+
+def sample_position(start, length, i, sample: int):
+    """Position of the sample's i-th key in a row [start, start + length) longer than a chunk (on
+    Python ints for the tests, on TileLang expressions in the kernel)."""
+    chunk = sample // SAMPLE_CHUNKS
+    return start + (i // chunk) * ((length - chunk) // (SAMPLE_CHUNKS - 1)) + i % chunk
+
+
+def sample_quota(taken, length, sample: int):
+    """Sampled keys the floor must leave above it: the sample's share of the ``taken`` keys, 25 %
+    more and 16 more, so that (sampling noise aside) the listed keys reach ``taken``."""
+    return taken * sample * 5 // (4 * length) + 16
 
 
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
                   vector: int = VECTOR) -> KernelSpec:
     import tilelang.language as T
 
-    STEP = threads * vector  # keys a block loads per step
+    STEP = threads * vector  # keys a block loads per step; also the sample's size
 
     rows = batch * seq_len * kv_group
     # One shared int32 buffer (TileLang's CPU target allows a single one): histogram / counts from
-    # the top, scan scratch, candidate positions and their keys (so later rounds never re-read them).
+    # the top, scan scratch, listed positions and their keys (so the rounds never re-read them).
     HIST, SCRATCH, CAND, CAND_KEY = 0, BINS, 2 * BINS, 2 * BINS + CANDIDATES
     CHOSEN, ABOVE, TIES, COUNT = (2 * BINS + 2 * CANDIDATES + i for i in range(4))
     # A row's steps are whole vectors when they divide it; otherwise positions past it are clamped.
@@ -71,9 +92,13 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             pos = step * STEP + i
             vals[i] = key_of(Scores[b, s, pos if whole_steps else T.min(pos, seq_len_kv - 1), g])
 
+    def row_steps(start, end):
+        """The steps covering [start, end)."""
+        return T.serial(start // STEP, T.ceildiv(end, STEP))
+
     @T.macro
     def count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift, bits):
-        for step in T.serial(T.ceildiv(end, STEP)):
+        for step in row_steps(start, end):
             load_step(vals, Scores, b, s, g, step)
             for i in T.Parallel(STEP):
                 pos = step * STEP + i
@@ -84,11 +109,11 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         return T.reinterpret(shared[CAND_KEY + c], "uint32")
 
     @T.macro
-    def count_candidates(shared, threshold, shift, bits):
-        for step in T.serial(T.ceildiv(CANDIDATES, threads)):
+    def count_candidates(shared, listed, threshold, shift, bits):
+        for step in T.serial(T.ceildiv(listed, threads)):
             for i in T.Parallel(threads):
                 c = T.min(step * threads + i, CANDIDATES - 1)
-                if step * threads + i < shared[COUNT] and matches(candidate_key(shared, c), threshold, shift, bits):
+                if step * threads + i < listed and matches(candidate_key(shared, c), threshold, shift, bits):
                     T.atomic_add(shared[HIST + digit(candidate_key(shared, c), shift, bits)], 1)
 
     def scan_span(bits):
@@ -100,22 +125,23 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     @T.macro
     def choose_digit(shared, need, bits):
         """Counts from the top (shared[HIST + d] = counted keys with digit >= d), by a parallel
-        scan; then the digit where that count reaches ``need`` goes to shared[CHOSEN]."""
-        # Every thread's atomics must land first (TileLang's own sync here would cover only the
-        # scan's threads).
-        T.sync_threads()
+        scan; then the digit where that count reaches ``need`` (0 if none does) goes to
+        shared[CHOSEN], written by exactly one thread, and every thread may read it."""
+        T.sync_threads()  # every thread's atomics have landed
         span = scan_span(bits)  # entries past the digit's range are zero
         for level in T.serial(bits):
             for i in T.Parallel(span):
                 shared[SCRATCH + i] = shared[HIST + i] + T.if_then_else(
                     i + (1 << level) < span, shared[HIST + T.min(i + (1 << level), span - 1)], 0)
+            T.sync_threads()
             for i in T.Parallel(span):
                 shared[HIST + i] = shared[SCRATCH + i]
+            T.sync_threads()
         n = 1 << bits
-        shared[CHOSEN] = 0
-        for i in T.Parallel(n):
-            if shared[HIST + i] >= need and (i == n - 1 or shared[HIST + T.min(i + 1, n - 1)] < need):
+        for i in T.Parallel(n):  # the counts only fall with the digit: one digit qualifies
+            if (i == 0 or shared[HIST + i] >= need) and (i == n - 1 or shared[HIST + T.min(i + 1, n - 1)] < need):
                 shared[CHOSEN] = i
+        T.sync_threads()
 
     def above_chosen(shared, bits):
         """Counted keys whose digit is above the chosen one."""
@@ -139,6 +165,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     def clear(shared, first, count):
         for i in T.Parallel(count):
             shared[first + i] = 0
+        T.sync_threads()
 
     @T.prim_func
     def main(Scores: T.Tensor((batch, seq_len, seq_len_kv, kv_group), "float32"),
@@ -146,7 +173,9 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
              Indices: T.Tensor((batch, seq_len, kv_group, topk), "int32")):
         with T.Kernel(rows, threads=threads) as r:
             shared = T.alloc_shared((2 * BINS + 2 * CANDIDATES + 4,), "int32")
-            vals = T.alloc_fragment((STEP,), "uint32")  # one step's keys
+            vals = T.alloc_fragment((STEP,), "uint32")  # one step's keys (or the sample)
+            floor = T.alloc_var("uint32")  # keys at or above it are listed
+            listed = T.alloc_var("int32")
             threshold = T.alloc_var("uint32")  # the digits of the k-th largest key found so far
             need = T.alloc_var("int32")  # keys still to take among those matching them
             b = r // (seq_len * kv_group)
@@ -154,54 +183,51 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             g = r % kv_group
             start = Starts[b, s]
             end = Ends[b, s]
-            taken = T.min(T.max(end - start, 0), topk)
+            length = T.max(end - start, 0)
+            taken = T.min(length, topk)
+            clear(shared, ABOVE, 3)
+            floor = 0
+            if length > CANDIDATES:
+                shift, bits = SAMPLE_DIGIT
+                clear(shared, HIST, scan_span(bits))
+                for i in T.Parallel(STEP):
+                    vals[i] = key_of(Scores[b, s, sample_position(start, length, i, STEP), g])
+                for i in T.Parallel(STEP):
+                    T.atomic_add(shared[HIST + digit(vals[i], shift, bits)], 1)
+                choose_digit(shared, sample_quota(taken, length, STEP), bits)
+                floor = T.Cast("uint32", shared[CHOSEN]) << shift
+            for step in row_steps(start, end):
+                load_step(vals, Scores, b, s, g, step)
+                for i in T.Parallel(STEP):
+                    pos = step * STEP + i
+                    if pos >= start and pos < end and vals[i] >= floor:
+                        slot = T.atomic_add(shared[COUNT], 1, return_prev=True)
+                        if slot < CANDIDATES:
+                            shared[CAND + slot] = pos
+                            shared[CAND_KEY + slot] = T.reinterpret(vals[i], "int32")
+            T.sync_threads()
+            listed = shared[COUNT]
+            kept = listed >= taken and listed <= CANDIDATES  # else the exact fallback re-reads the row
             threshold = 0
             need = taken
-            shift0, bits0 = ROUNDS[0]
-            clear(shared, HIST, scan_span(bits0))
-            clear(shared, ABOVE, 3)
-            count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift0, bits0)
-            choose_digit(shared, need, bits0)
-            first = shared[CHOSEN]
-            threshold = T.Cast("uint32", first) << shift0
-            in_first = shared[HIST + first] - above_chosen(shared, bits0)  # keys sharing the first digit
-            need = need - above_chosen(shared, bits0)
-            kept = in_first <= CANDIDATES  # else too many keys share the first digit: re-read the row
-            if kept:
-                # Keys above the first digit are selected now; those sharing it become candidates.
-                T.sync_threads()
-                for step in T.serial(T.ceildiv(end, STEP)):
-                    load_step(vals, Scores, b, s, g, step)
-                    for i in T.Parallel(STEP):
-                        pos = step * STEP + i
-                        if pos >= start and pos < end:
-                            top = digit(vals[i], shift0, bits0)
-                            if top > first:
-                                slot = T.atomic_add(shared[ABOVE], 1, return_prev=True)
-                                Indices[b, s, g, slot] = pos
-                            elif top == first:
-                                slot = T.atomic_add(shared[COUNT], 1, return_prev=True)
-                                shared[CAND + slot] = pos
-                                shared[CAND_KEY + slot] = T.reinterpret(vals[i], "int32")
-            for shift, bits in ROUNDS[1:]:
+            for shift, bits in ROUNDS:
                 T.sync_threads()  # the last round's readers are done with the histogram
                 clear(shared, HIST, scan_span(bits))
                 if kept:
-                    count_candidates(shared, threshold, shift, bits)
+                    count_candidates(shared, listed, threshold, shift, bits)
                 else:
                     count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift, bits)
                 choose_digit(shared, need, bits)
                 threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
                 need = need - above_chosen(shared, bits)
-            T.sync_threads()
             if kept:
-                for step in T.serial(T.ceildiv(CANDIDATES, threads)):
+                for step in T.serial(T.ceildiv(listed, threads)):
                     for i in T.Parallel(threads):
                         c = T.min(step * threads + i, CANDIDATES - 1)
-                        if step * threads + i < shared[COUNT]:
+                        if step * threads + i < listed:
                             pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c), threshold, need, taken)
             else:
-                for step in T.serial(T.ceildiv(end, STEP)):
+                for step in row_steps(start, end):
                     load_step(vals, Scores, b, s, g, step)
                     for i in T.Parallel(STEP):
                         pos = step * STEP + i
@@ -218,5 +244,10 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": threads, "vector": vector, "digit_bits": [bits for _, bits in ROUNDS], "candidates": CANDIDATES},
+        {"threads": threads, "vector": vector, "digit_bits": [bits for _, bits in ROUNDS],
+         "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": CANDIDATES},
+        # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
+        # write of the row's read (8 per step), which kept warps from running ahead to the next
+        # step's loads.
+        {"tl.disable_thread_storage_sync": True},
     )

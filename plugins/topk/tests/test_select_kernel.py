@@ -67,17 +67,69 @@ def test_ties_pick_any_of_the_equal_scores():
     assert not OP.compare(broken, OP.reference({k: v.clone() for k, v in inputs.items()}, w), w).ok
 
 
-def test_rows_too_crowded_for_the_candidate_list_take_the_exact_fallback():
-    """6000 keys sharing the first digit (1.0 plus low mantissa bits) exceed the 3072 candidates."""
-    from npuops_topk.select_kernel import CANDIDATES
+def order_keys(scores: torch.Tensor) -> torch.Tensor:
+    """The kernel's order-preserving 32-bit keys of f32 scores, as int64."""
+    bits = scores.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    return torch.where(scores < 0, bits ^ 0xFFFFFFFF, bits | 0x80000000)
 
-    w = workload((1, 2, 6000, 1), 100, prefix_len=5998)
+
+def listed_by_sample(row: torch.Tensor, taken: int, step: int) -> int:
+    """How many keys of a whole row (start 0) the kernel lists: those at or above the floor its
+    sample sets (the top 12 bits where the sample's count from the top reaches its quota)."""
+    from npuops_topk.select_kernel import SAMPLE_DIGIT, sample_position, sample_quota
+
+    shift, _ = SAMPLE_DIGIT
+    length = row.numel()
+    digits = order_keys(row) >> shift
+    sampled = digits[[sample_position(0, length, i, step) for i in range(step)]]
+    quota = sample_quota(taken, length, step)
+    floor = max((d for d in sampled.unique().tolist() if int((sampled >= d).sum()) >= quota), default=0)
+    return int((digits >= floor).sum())
+
+
+def one_row(length: int, topk: int):
+    return workload((1, 1, length, 1), topk, prefix_len=length - 1)
+
+
+def check_row(w, scores: torch.Tensor):
     inputs = OP.make_inputs(w, InputRNG("cpu", seed=3))
-    noise = torch.randint(0, 1 << 12, inputs["index_score"].shape, dtype=torch.int32)
-    inputs["index_score"] = (torch.ones_like(inputs["index_score"]).view(torch.int32) | noise).view(torch.float32)
-    assert int((inputs["index_score"] >= 1).sum()) > CANDIDATES
+    inputs["index_score"] = scores.view(inputs["index_score"].shape)
     out = cpu_selector(w)(**inputs)
-    assert OP.compare(out, OP.reference({k: v.clone() for k, v in inputs.items()}, w), w).ok
+    return OP.compare(out, OP.reference({k: v.clone() for k, v in inputs.items()}, w), w)
+
+
+def test_a_row_whose_sample_lists_more_keys_than_fit_takes_the_exact_fallback():
+    """20000 keys sharing their top 12 bits (1.0 plus low mantissa bits): all are listed."""
+    from npuops_topk.select_kernel import CANDIDATES, STEP_OF_DEFAULT
+
+    w = one_row(20000, 100)
+    noise = torch.randint(0, 1 << 12, (20000,), dtype=torch.int32)
+    scores = (torch.ones(20000).view(torch.int32) | noise).view(torch.float32)
+    assert listed_by_sample(scores, 100, STEP_OF_DEFAULT) > CANDIDATES
+    assert check_row(w, scores).ok
+
+
+def test_a_row_whose_sample_lists_fewer_keys_than_topk_takes_the_exact_fallback():
+    """Large scores only where the kernel samples: the floor its sample sets lists too few."""
+    from npuops_topk.select_kernel import STEP_OF_DEFAULT, sample_position
+
+    length, topk = 40000, 1000
+    w = one_row(length, topk)
+    scores = torch.randn(length) - 100
+    sampled = torch.tensor([sample_position(0, length, i, STEP_OF_DEFAULT) for i in range(STEP_OF_DEFAULT)])
+    scores[sampled] = torch.exp2(torch.rand(sampled.numel()) * 20 + 10)  # spread over many digits
+    assert listed_by_sample(scores, topk, STEP_OF_DEFAULT) < topk
+    assert check_row(w, scores).ok
+
+
+def test_a_row_of_normal_scores_is_listed_without_fallback():
+    """The case the sample is built for: the list holds the top-k and fits."""
+    from npuops_topk.select_kernel import CANDIDATES, STEP_OF_DEFAULT
+
+    w = one_row(49152, 2048)
+    scores = torch.randn(49152)
+    assert 2048 <= listed_by_sample(scores, 2048, STEP_OF_DEFAULT) <= CANDIDATES
+    assert check_row(w, scores).ok
 
 
 def test_compiles_for_sm90():
@@ -85,7 +137,7 @@ def test_compiles_for_sm90():
 
     w = OP.workloads[0]
     spec = select_kernel(*w.shapes["index_score"], OP.config(w)["topk"])
-    source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+    source = compile_kernel(spec.prim_func, "sm_90", spec.pass_configs).get_kernel_source()
     assert "__global__" in source
     # Two TileLang hazards the H200 caught, checked in the generated CUDA: an atomic whose result
     # the bounds check repeats (one slot must be one increment), and a scan whose steps run on part
