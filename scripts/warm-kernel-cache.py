@@ -5,8 +5,9 @@ kernel's TIR and the target ({"kind": "cuda", "arch": "sm_90"}) do; a miss just 
 
     python scripts/warm-kernel-cache.py [--family norm,pool] [--variants] [--jobs 2]
 
-Writes .kcache/cache.tar.xz (git-ignored); carry ".kcache" with the device call and
-scripts/h200-session.sh unpacks it into the run's TILELANG_CACHE_DIR.
+Writes .kcache/cache.tar.xz (git-ignored), adding to what it held (--fresh: starting empty); carry
+".kcache" with the device call and scripts/h200-session.sh unpacks it into the run's
+TILELANG_CACHE_DIR.
 """
 
 import argparse
@@ -41,6 +42,7 @@ def main() -> int:
     parser.add_argument("--family", help="families, e.g. norm,pool (default: all with kernels)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--variants", action="store_true", help="every launch variant too (for npuops run --tune)")
+    parser.add_argument("--fresh", action="store_true", help="drop the kernels the archive already holds")
     args = parser.parse_args()
 
     from npuops.registry import load_registry
@@ -56,13 +58,16 @@ def main() -> int:
 
     out = Path(".kcache")
     out.mkdir(exist_ok=True)
+    archive = out / "cache.tar.xz"
     with tempfile.TemporaryDirectory() as cache:
+        if archive.exists() and not args.fresh:
+            subprocess.run(["tar", "-C", cache, "-xJf", str(archive)], check=True)
         os.environ.update(TILELANG_CACHE_DIR=cache, NPUOPS_CUDA_ARCH=ARCH)
         with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             for done, error in enumerate(pool.map(build, [(key, args.variants) for key in keys]), 1):
                 print(f"[{done}/{len(keys)}] {error or 'ok'}", file=sys.stderr if error else sys.stdout, flush=True)
-        subprocess.run(["tar", "-C", cache, "-cJf", str(out / "cache.tar.xz"), "."], check=True)
-    print(f"wrote {out / 'cache.tar.xz'} ({(out / 'cache.tar.xz').stat().st_size / 2**20:.1f} MiB, {len(keys)} kernels)")
+        subprocess.run(["tar", "-C", cache, "-cJf", str(archive), "."], check=True)
+    print(f"wrote {archive} ({archive.stat().st_size / 2**20:.1f} MiB, {len(keys)} kernels)")
     return 0
 
 

@@ -1,26 +1,44 @@
-"""The TileLang pooling kernels of this plugin: one template for any window, and a staged one for
-windows that are the whole input (global pooling), chosen by :func:`pool_kernel`.
+"""The TileLang pooling kernels of this plugin, chosen by :func:`pool_kernel` (``kernel`` in a
+launch config): ``"rows"`` for sliding windows, ``"window"`` for adaptive windows (and as a tuning
+fallback), ``"planes"`` for windows that are the whole input (global pooling).
 
-Any pooling here is, per spatial dim, a set of taps for each output position; the window kernel
-views the input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1), gives
-each thread one output element, and visits its window's taps with bounds checks: max with NaN propagating
-(PyTorch's ``val > max || isnan(val)``), or an fp32 sum divided as PyTorch divides. Sliding
-windows start at ``o * stride - padding`` with ``kernel`` taps ``dilation`` apart; adaptive
-windows cover ``[floor(o * n / m), ceil((o + 1) * n / m))``.
+Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
+input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1). Max propagates NaN
+as PyTorch does (``val > max || isnan(val)``); averages sum in fp32 and divide as PyTorch divides.
+Sliding windows start at ``o * stride - padding`` with ``kernel`` taps ``dilation`` apart; adaptive
+windows cover ``[floor(o * n / m), ceil((o + 1) * n / m))``. Every loaded element is cast to fp32
+once: CUDA's half-to-float conversion is an inline asm statement that the compiler neither merges
+nor speculates, so an expression naming a half load three times (as a NaN-propagating max does)
+converted it three times behind branches, which made f16 40% slower than bf16 on the H200.
 
-TileLang is imported when a kernel is built.
+Why the ``"rows"`` kernel: a thread per output reading its taps from global memory (the
+``"window"`` kernel, and torch.compile's Triton kernel) issues a 2-byte load per tap, strided by the
+pooling stride, and re-reads every overlapped input element from L1/L2: about half the copy
+bandwidth on the H200. A ``"rows"`` block instead takes one plane, one output depth and a tile of
+``rows`` x ``cols`` outputs, copies the input rows these windows cover (every depth tap, the band
+of rows, the span of columns) into shared memory with coalesced 16-byte loads, writing the padding
+(and anything past the input) as the reduction's identity, then computes each output from shared
+memory with no bounds checks. Global memory is then read about once, in full vectors; the taps'
+strided and overlapping reads hit shared memory, which serves a stride-2 half read in one pass.
+
+Tile-level form only (no thread indices), so every kernel also builds for TileLang's CPU target,
+where the tests check it. Loops after shared-memory writes span a multiple of the block (TileLang
+drops the barrier before a loop that runs on part of the block); a kernel has one shared buffer
+(the CPU target's limit). TileLang is imported when a kernel is built.
 """
 
 import math
 from dataclasses import dataclass
 
 import torch
-from npuops.kernels import KernelSpec, tilelang_dtype
+from npuops.kernels import VECTOR_BYTES, KernelSpec, tilelang_dtype
 
 F32 = "float32"
-BLOCK = 256  # threads per block of the window kernel, one output element each
+BLOCK = 256  # threads per block of the window kernels
+OUTPUTS_PER_BLOCK = 1024  # outputs a "rows" block computes by default (its tile)
+MAX_TILE_COLS = 1024  # longer output rows are split into column tiles
 PLANES_PER_BLOCK = 128  # whole-input windows: planes staged per block, one thread reducing each
-STAGED_BYTES = 96 * 1024  # shared memory the staged planes of a block may take (two blocks per SM)
+STAGED_BYTES = 96 * 1024  # shared memory a block may take (two blocks per SM)
 
 
 @dataclass(frozen=True)
@@ -62,19 +80,110 @@ def stages_planes(spec: Pooling, dtype: torch.dtype, threads: int) -> bool:
     return covers_whole_input(spec) and threads * staged_row(spec, dtype) * dtype.itemsize <= STAGED_BYTES
 
 
-def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, threads: int | None = None) -> KernelSpec:
-    """The kernel for ``spec``; ``threads`` per block overrides the default."""
-    if stages_planes(spec, dtype, threads or PLANES_PER_BLOCK):
+@dataclass(frozen=True)
+class Slab:
+    """What a "rows" block stages: ``depth`` x ``rows`` x ``cols`` input elements, loaded in
+    ``vector``-element pieces; column ``lead`` is the input column ``tile * cols_out * stride``."""
+
+    depth: int
+    rows: int
+    cols: int
+    lead: int
+    vector: int
+
+    def bytes(self, dtype: torch.dtype) -> int:
+        return self.depth * self.rows * self.cols * dtype.itemsize
+
+
+def slab(spec: Pooling, dtype: torch.dtype, rows: int, cols: int) -> Slab:
+    """The slab of a tile of ``rows`` x ``cols`` outputs."""
+    (kD, kH, kW), (_, sH, sW), (_, _, pW), (_, dH, dW) = _sliding(spec)
+    W = spec.spatial_in[-1]
+    # Vectors stay whole inside or outside the input when the row length, the tile's first column
+    # and the columns staged left of it are multiples of the vector (one tile starts at column 0).
+    vector = math.gcd(VECTOR_BYTES // dtype.itemsize, W, cols * sW if cols < spec.spatial_out[-1] else 0)
+    lead = -(-pW // vector) * vector
+    width = lead - pW + (cols - 1) * sW + (kW - 1) * dW + 1
+    return Slab(kD, (rows - 1) * sH + (kH - 1) * dH + 1, -(-width // vector) * vector, lead, vector)
+
+
+def default_tile(spec: Pooling, dtype: torch.dtype, outputs: int = OUTPUTS_PER_BLOCK) -> tuple[int, int] | None:
+    """(rows, cols) of outputs per "rows" block: about ``outputs``, whole output rows where they are
+    short enough, bands of equal height; None when even one row of ``MAX_TILE_COLS`` outputs stages
+    more than STAGED_BYTES (the window kernel takes those)."""
+    _, oH, oW = _as_3d(spec.spatial_out, 1)
+    if spec.adaptive or covers_whole_input(spec):
+        return None
+    tiles = -(-oW // min(oW, MAX_TILE_COLS, outputs))
+    cols = oW if tiles == 1 else -(-oW // (tiles * 8)) * 8  # equal tiles of whole 16-byte vectors
+    rows = min(oH, max(1, outputs // cols))
+    rows = -(-oH // -(-oH // rows))  # equal bands
+    while rows > 1 and slab(spec, dtype, rows, cols).bytes(dtype) > STAGED_BYTES:
+        rows = -(-rows // 2)
+    return (rows, cols) if slab(spec, dtype, rows, cols).bytes(dtype) <= STAGED_BYTES else None
+
+
+def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, kernel: str | None = None,
+                threads: int | None = None, rows: int | None = None, cols: int | None = None) -> KernelSpec:
+    """The kernel for ``spec``: the default's, or the one a launch config from
+    :func:`launch_variants` names (``rows`` x ``cols`` is the tile of a "rows" kernel)."""
+    if kernel is None:
+        kernel = launch_variants(spec, dtype)[0]["kernel"]
+    if kernel == "planes":
         return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK)
+    if kernel == "rows":
+        tile = (rows, cols) if rows and cols else default_tile(spec, dtype)
+        return rows_kernel(spec, input_shape, dtype, threads or BLOCK, *tile)
     return window_kernel(spec, input_shape, dtype, threads or BLOCK)
 
 
-def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict[str, int]]:
-    """Block sizes ``npuops run --tune`` chooses among, the default first."""
+def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
+    """Launch configs ``npuops run --tune`` chooses among, the default first."""
     if stages_planes(spec, dtype, PLANES_PER_BLOCK):
-        return [{"threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
+        return [{"kernel": "planes", "threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
                 if stages_planes(spec, dtype, t)]
-    return [{"threads": t} for t in (BLOCK, BLOCK // 2, BLOCK * 2)]
+    window = [{"kernel": "window", "threads": t} for t in (BLOCK, BLOCK // 2, BLOCK * 2)]
+    tile = default_tile(spec, dtype)
+    if tile is None:
+        return window
+    # Smaller tiles make more blocks (small inputs); larger ones stage fewer halo rows per output.
+    tiles = [tile, *(t for t in (default_tile(spec, dtype, OUTPUTS_PER_BLOCK // 4),
+                                 default_tile(spec, dtype, OUTPUTS_PER_BLOCK * 4)) if t and t != tile)]
+    rows = [{"kernel": "rows", "threads": t, "rows": r, "cols": c}
+            for (r, c) in dict.fromkeys(tiles) for t in (BLOCK, BLOCK // 2)]
+    return rows + window[:1]
+
+
+def _sliding(spec: Pooling) -> tuple[tuple[int, int, int], ...]:
+    """(kernel, stride, padding, dilation) of sliding windows, each as 3-d."""
+    return (_as_3d(spec.kernel, 1), _as_3d(spec.stride, 1), _as_3d(spec.padding, 0), _as_3d(spec.dilation, 1))
+
+
+def _result(spec: Pooling, acc, starts, ends, taps, sizes, padding):
+    """A window's output in fp32 from its max or sum ``acc``, dividing as PyTorch divides: the
+    window starts at ``starts`` (per dim) and its taps end at ``ends`` (the input's edge, or the
+    adaptive window's). Average pooling has no dilation, so a window's taps are contiguous."""
+    import tilelang.language as T
+
+    if spec.mode == "max":
+        return acc
+    if spec.divisor_override is not None:
+        return acc / T.float32(spec.divisor_override)
+    if spec.adaptive or not spec.count_include_pad:
+        count = math.prod(T.min(s + k, e) - T.max(s, 0) for s, e, k in zip(starts, ends, taps, strict=True))
+    else:
+        # PyTorch counts the padding taps, but not taps a ceil-mode window runs past the padded input.
+        count = math.prod(T.min(s + k, n + p) - s for s, k, n, p in zip(starts, taps, sizes, padding, strict=True))
+    return acc / T.Cast(F32, count)
+
+
+def _accumulate(spec: Pooling, acc, v):
+    """``acc`` after one more tap ``v`` (fp32)."""
+    import tilelang.language as T
+
+    if spec.mode == "max":
+        return T.if_then_else(T.Or(v > acc, T.isnan(v)), v, acc)
+    return acc + v
 
 
 def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int) -> KernelSpec:
@@ -114,7 +223,69 @@ def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch
         (("input", (planes, size)), ("output", (planes, 1))),
         {"output": dtype},
         (("output", (*input_shape[:2], *spec.spatial_out)),),
-        {"threads": block, "planes_per_block": block, "shared_row": padded},
+        {"kernel": "planes", "threads": block, "planes_per_block": block, "shared_row": padded},
+    )
+
+
+def rows_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int, rows: int,
+                cols: int) -> KernelSpec:
+    """Sliding windows: a block per (plane, output depth, tile of ``rows`` x ``cols`` outputs)
+    stages the input its windows cover in shared memory, then reduces each window there."""
+    import tilelang.language as T
+
+    dt = tilelang_dtype(dtype)
+    planes = math.prod(input_shape[:2])
+    D, H, W = _as_3d(spec.spatial_in, 1)
+    oD, oH, oW = _as_3d(spec.spatial_out, 1)
+    (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = _sliding(spec)
+    s = slab(spec, dtype, rows, cols)
+    bands, tiles = -(-oH // rows), -(-oW // cols)
+    pieces = s.depth * s.rows * (s.cols // s.vector)  # vectors staged per block
+    identity = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+
+    @T.prim_func
+    def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
+        with T.Kernel(planes * oD * bands * tiles, threads=block) as bx:
+            staged = T.alloc_shared((s.depth, s.rows, s.cols), dt)
+            acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
+            tile = bx % tiles
+            band = (bx // tiles) % bands
+            od = (bx // (tiles * bands)) % oD
+            plane = bx // (tiles * bands * oD)
+            d0, h0, w0 = od * sD - pD, band * rows * sH - pH, tile * cols * sW - s.lead
+            # A block-wide loop of whole vectors per round: TileLang vectorizes a T.Parallel loop
+            # only when its extent splits evenly into the threads' vectors.
+            for step in T.serial(-(-pieces // block)):
+                for t, e in T.Parallel(block, s.vector):
+                    piece = step * block + t
+                    i = piece // (s.rows * (s.cols // s.vector))
+                    r = piece // (s.cols // s.vector) % s.rows
+                    c = piece % (s.cols // s.vector) * s.vector + e
+                    d, h, w = d0 + i * dD, h0 + r, w0 + c
+                    if piece < pieces:
+                        inside = d >= 0 and d < D and h >= 0 and h < H and w >= 0 and w < W
+                        staged[i, r, c] = T.if_then_else(inside, X[plane, d, h, w], T.Cast(dt, identity))
+            for step in T.serial(-(-rows * cols // block)):
+                for t in T.Parallel(block):
+                    r = (step * block + t) // cols
+                    c = (step * block + t) % cols
+                    oh, ow = band * rows + r, tile * cols + c
+                    if r < rows and oh < oH and ow < oW:
+                        acc = identity
+                        for i, j, k in T.grid(kD, kH, kW):
+                            v = T.Cast(F32, staged[i, r * sH + j * dH, s.lead - pW + c * sW + k * dW])
+                            acc = _accumulate(spec, acc, v)
+                        starts = (d0, oh * sH - pH, ow * sW - pW)
+                        Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, starts, (D, H, W), (kD, kH, kW),
+                                                                  (D, H, W), (pD, pH, pW)))
+
+    return KernelSpec(
+        main,
+        (("input", (planes, D, H, W)), ("output", (planes, oD, oH, oW))),
+        {"output": dtype},
+        (("output", (*input_shape[:2], *spec.spatial_out)),),
+        {"kernel": "rows", "threads": block, "rows": rows, "cols": cols, "staged_bytes": s.bytes(dtype),
+         "vector": s.vector},
     )
 
 
@@ -134,8 +305,7 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
         stride = padding = (0, 0, 0)
         dilation = (1, 1, 1)
     else:
-        taps = _as_3d(spec.kernel, 1)
-        stride, padding, dilation = _as_3d(spec.stride, 1), _as_3d(spec.padding, 0), _as_3d(spec.dilation, 1)
+        taps, stride, padding, dilation = _sliding(spec)
     (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = taps, stride, padding, dilation
 
     def window(o, n, m, s, p):
@@ -147,10 +317,7 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
         with T.Kernel(T.ceildiv(total, block), threads=block) as bx:
-            # Tile-level form (no thread indices), so the same kernel also builds for TileLang's CPU
-            # target, where the tests check it against the reference without a GPU.
-            acc = T.alloc_fragment((block,), F32)
-            count = T.alloc_fragment((block,), "int32")
+            acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
             for t in T.Parallel(block):
                 idx = bx * block + t
                 if idx < total:
@@ -161,31 +328,16 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
                     d0, d_end = window(od, D, oD, sD, pD)
                     h0, h_end = window(oh, H, oH, sH, pH)
                     w0, w_end = window(ow, W, oW, sW, pW)
-                    acc[t] = -T.infinity(F32) if spec.mode == "max" else 0.0
-                    count[t] = 0
+                    acc = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
                     for i, j, k in T.grid(kD, kH, kW):
                         d = d0 + i * dD
                         h = h0 + j * dH
                         w = w0 + k * dW
                         if d >= 0 and d < d_end and h >= 0 and h < h_end and w >= 0 and w < w_end:
                             v = T.Cast(F32, X[plane, d, h, w])
-                            if spec.mode == "max":
-                                acc[t] = T.if_then_else(v > acc[t] or T.isnan(v), v, acc[t])
-                            else:
-                                acc[t] = acc[t] + v
-                                count[t] = count[t] + 1
-                    if spec.mode == "max":
-                        Y[plane, od, oh, ow] = T.Cast(dt, acc[t])
-                    elif spec.divisor_override is not None:
-                        Y[plane, od, oh, ow] = T.Cast(dt, acc[t] / T.float32(spec.divisor_override))
-                    elif spec.adaptive or not spec.count_include_pad:
-                        Y[plane, od, oh, ow] = T.Cast(dt, acc[t] / T.Cast(F32, T.max(count[t], 1)))
-                    else:
-                        # PyTorch counts the padding taps, but not taps a ceil-mode window runs
-                        # past the padded input.
-                        size = ((T.min(d0 + kD, D + pD) - d0) * (T.min(h0 + kH, H + pH) - h0)
-                                * (T.min(w0 + kW, W + pW) - w0))
-                        Y[plane, od, oh, ow] = T.Cast(dt, acc[t] / T.Cast(F32, size))
+                            acc = _accumulate(spec, acc, v)
+                    Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, (d0, h0, w0), (d_end, h_end, w_end),
+                                                              taps, (D, H, W), padding))
 
     output_shape = (*input_shape[:2], *spec.spatial_out)
     return KernelSpec(
@@ -193,5 +345,5 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
         (("input", (planes, D, H, W)), ("output", (planes, oD, oH, oW))),
         {"output": dtype},
         (("output", output_shape),),
-        {"threads": block, "outputs_per_thread": 1, "taps": taps},
+        {"kernel": "window", "threads": block, "taps": taps},
     )
