@@ -38,7 +38,6 @@ SAMPLE_DIGIT = (20, 12)  # fine enough that the floor's bin adds few keys beyond
 BINS = 1 << SAMPLE_DIGIT[1]
 CANDIDATES = 8192  # listed keys (position and key: 64 KB of shared memory, two blocks per SM)
 SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over the row
-WARP = 32  # threads per warp: each warp lists into its own part of the list
 STEP_OF_DEFAULT = THREADS * VECTOR  # keys per step (and sampled) at the default launch
 
 
@@ -66,16 +65,12 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
-    WARPS = threads // WARP
-    PER_WARP = CANDIDATES // WARPS  # each warp lists into its own part of the list
 
     rows = batch * seq_len * kv_group
-    # One shared int32 buffer (TileLang's CPU target allows a single one): histograms (a round's in
-    # BINS >> bits copies), scan scratch, the list (positions and keys, so the rounds never re-read
-    # them), each warp's listed count, and a few scalars.
+    # One shared int32 buffer (TileLang's CPU target allows a single one): histogram / counts from
+    # the top, scan scratch, listed positions and their keys (so the rounds never re-read them).
     HIST, SCRATCH, CAND, CAND_KEY = 0, BINS, 2 * BINS, 2 * BINS + CANDIDATES
-    WARP_LISTED = 2 * BINS + 2 * CANDIDATES
-    CHOSEN, ABOVE, TIES, LISTED, OVERFLOW = (WARP_LISTED + WARPS + i for i in range(5))
+    CHOSEN, ABOVE, TIES, COUNT = (2 * BINS + 2 * CANDIDATES + i for i in range(4))
     # A row's steps are whole vectors when they divide it; otherwise positions past it are clamped.
     whole_steps = seq_len_kv % STEP == 0
 
@@ -90,18 +85,14 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         """key agrees with the threshold on the digits above this round's."""
         return True if shift + bits == 32 else (key >> (shift + bits)) == (threshold >> (shift + bits))
 
-    def copy_of(i, bits):
-        """The histogram copy the thread running parallel index i counts into: copies split the
-        atomics that would otherwise pile onto the few digits most keys share (a parallel loop's
-        index i runs on thread i % threads)."""
-        return (i % (BINS >> bits)) << bits
-
     @T.macro
     def load_step(vals, Scores, b, s, g, step):
-        """The row's keys at positions step * STEP + i, all loads issued before any is used."""
+        """The row's scores at positions step * STEP + i, all loads issued before any is used: a
+        plain copy, which TileLang turns into 16-byte loads (the keys are made where they are used;
+        converting here kept the loads scalar: 1.4 TB/s)."""
         for i in T.Parallel(STEP):
             pos = step * STEP + i
-            vals[i] = key_of(Scores[b, s, pos if whole_steps else T.min(pos, seq_len_kv - 1), g])
+            vals[i] = Scores[b, s, pos if whole_steps else T.min(pos, seq_len_kv - 1), g]
 
     def row_steps(start, end):
         """The steps covering [start, end)."""
@@ -113,37 +104,34 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             load_step(vals, Scores, b, s, g, step)
             for i in T.Parallel(STEP):
                 pos = step * STEP + i
-                if pos >= start and pos < end and matches(vals[i], threshold, shift, bits):
-                    T.atomic_add(shared[HIST + copy_of(i, bits) + digit(vals[i], shift, bits)], 1)
-
-    def is_listed(shared, c):
-        return c % PER_WARP < T.min(shared[WARP_LISTED + c // PER_WARP], PER_WARP)
+                if pos >= start and pos < end and matches(key_of(vals[i]), threshold, shift, bits):
+                    T.atomic_add(shared[HIST + digit(key_of(vals[i]), shift, bits)], 1)
 
     def candidate_key(shared, c):
-        return T.reinterpret(shared[CAND_KEY + c], "uint32")
-
-    def list_steps():
-        """The list's slots, a block's worth (one per thread) at a time: c = step * threads + i."""
-        return T.serial(CANDIDATES // threads)
+        return key_of(T.reinterpret(shared[CAND_KEY + c], "float32"))
 
     @T.macro
-    def count_candidates(shared, threshold, shift, bits):
-        for step in list_steps():
+    def count_candidates(shared, listed, threshold, shift, bits):
+        for step in T.serial(T.ceildiv(listed, threads)):
             for i in T.Parallel(threads):
-                c = step * threads + i
-                if is_listed(shared, c) and matches(candidate_key(shared, c), threshold, shift, bits):
-                    T.atomic_add(shared[HIST + copy_of(i, bits) + digit(candidate_key(shared, c), shift, bits)], 1)
+                c = T.min(step * threads + i, CANDIDATES - 1)
+                if step * threads + i < listed and matches(candidate_key(shared, c), threshold, shift, bits):
+                    T.atomic_add(shared[HIST + digit(candidate_key(shared, c), shift, bits)], 1)
 
     def scan_span(bits):
-        """Histogram entries a round scans: at least one per thread, since a parallel loop shorter
-        than the block runs on some threads only, and TileLang then drops the barriers between the
-        scan's steps (measured: wrong digits, then writes past the row)."""
+        """Histogram entries a round clears and scans: at least one per thread, since a parallel
+        loop shorter than the block runs on some threads only, and TileLang then drops the
+        barriers between the scan's steps (measured: wrong digits, then writes past the row)."""
         return max(1 << bits, threads)
 
     @T.macro
-    def suffix_sums(shared, span, levels):
-        """shared[HIST + i] becomes the sum of entries i.. of the first 1 << levels (later ones zero)."""
-        for level in T.serial(levels):
+    def choose_digit(shared, need, bits):
+        """Counts from the top (shared[HIST + d] = counted keys with digit >= d), by a parallel
+        scan; then the digit where that count reaches ``need`` (0 if none does) goes to
+        shared[CHOSEN], written by exactly one thread, and every thread may read it."""
+        T.sync_threads()  # every thread's atomics have landed
+        span = scan_span(bits)  # entries past the digit's range are zero
+        for level in T.serial(bits):
             for i in T.Parallel(span):
                 shared[SCRATCH + i] = shared[HIST + i] + T.if_then_else(
                     i + (1 << level) < span, shared[HIST + T.min(i + (1 << level), span - 1)], 0)
@@ -151,23 +139,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             for i in T.Parallel(span):
                 shared[HIST + i] = shared[SCRATCH + i]
             T.sync_threads()
-
-    @T.macro
-    def choose_digit(shared, need, bits):
-        """Counts from the top (shared[HIST + d] = counted keys with digit >= d, the copies summed),
-        by a parallel scan; then the digit where that count reaches ``need`` (0 if none does) goes
-        to shared[CHOSEN], written by exactly one thread, and every thread may read it."""
-        T.sync_threads()  # every thread's atomics have landed
-        n, copies, span = 1 << bits, BINS >> bits, scan_span(bits)
-        if copies > 1:
-            for i in T.Parallel(span):
-                shared[SCRATCH + i] = T.if_then_else(
-                    i < n, sum(shared[HIST + (c << bits) + T.min(i, n - 1)] for c in range(copies)), 0)
-            T.sync_threads()
-            for i in T.Parallel(span):
-                shared[HIST + i] = shared[SCRATCH + i]
-            T.sync_threads()
-        suffix_sums(shared, span, bits)
+        n = 1 << bits
         for i in T.Parallel(n):  # the counts only fall with the digit: one digit qualifies
             if (i == 0 or shared[HIST + i] >= need) and (i == n - 1 or shared[HIST + T.min(i + 1, n - 1)] < need):
                 shared[CHOSEN] = i
@@ -179,13 +151,17 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         return T.if_then_else(shared[CHOSEN] < n - 1, shared[HIST + T.min(shared[CHOSEN] + 1, n - 1)], 0)
 
     @T.macro
-    def take_tie(shared, Indices, b, s, g, pos, need, taken):
-        """Keys equal to the threshold fill the last ``need`` slots."""
-        # The slot is bound once: used inline as an index, TileLang's bounds check repeats the
-        # atomic (three increments per key).
-        tie = T.atomic_add(shared[TIES], 1, return_prev=True)
-        if tie < need:
-            Indices[b, s, g, taken - need + tie] = pos
+    def pick(shared, Indices, b, s, g, pos, key, threshold, need, taken):
+        """Keys above the threshold take the next slot; equal ones the last ``need`` slots."""
+        if key > threshold:
+            # The slot is bound once: used inline as an index, TileLang's bounds check repeats the
+            # atomic (three increments per key).
+            slot = T.atomic_add(shared[ABOVE], 1, return_prev=True)
+            Indices[b, s, g, slot] = pos
+        elif key == threshold:
+            tie = T.atomic_add(shared[TIES], 1, return_prev=True)
+            if tie < need:
+                Indices[b, s, g, taken - need + tie] = pos
 
     @T.macro
     def clear(shared, first, count):
@@ -198,10 +174,12 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
              Starts: T.Tensor((batch, seq_len), "int32"), Ends: T.Tensor((batch, seq_len), "int32"),
              Indices: T.Tensor((batch, seq_len, kv_group, topk), "int32")):
         with T.Kernel(rows, threads=threads) as r:
-            shared = T.alloc_shared((WARP_LISTED + WARPS + 5,), "int32")
-            vals = T.alloc_fragment((STEP,), "uint32")  # one step's keys (or the sample)
-            slots = T.alloc_fragment((threads,), "int32")  # each thread's next output slot
+            shared = T.alloc_shared((2 * BINS + 2 * CANDIDATES + 4,), "int32")
+            vals = T.alloc_fragment((STEP,), "float32")  # one step's scores
+            # The sample apart: sharing a fragment with its scattered loads kept the steps' loads scalar.
+            sampled = T.alloc_fragment((STEP,), "float32")
             floor = T.alloc_var("uint32")  # keys at or above it are listed
+            listed = T.alloc_var("int32")
             threshold = T.alloc_var("uint32")  # the digits of the k-th largest key found so far
             need = T.alloc_var("int32")  # keys still to take among those matching them
             b = r // (seq_len * kv_group)
@@ -211,85 +189,54 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             end = Ends[b, s]
             length = T.max(end - start, 0)
             taken = T.min(length, topk)
-            clear(shared, WARP_LISTED, WARPS + 5)
+            clear(shared, ABOVE, 3)
             floor = 0
             if length > CANDIDATES:
                 shift, bits = SAMPLE_DIGIT
-                clear(shared, HIST, BINS)
+                clear(shared, HIST, scan_span(bits))
                 for i in T.Parallel(STEP):
-                    vals[i] = key_of(Scores[b, s, sample_position(start, length, i, STEP), g])
+                    sampled[i] = Scores[b, s, sample_position(start, length, i, STEP), g]
                 for i in T.Parallel(STEP):
-                    T.atomic_add(shared[HIST + digit(vals[i], shift, bits)], 1)
+                    T.atomic_add(shared[HIST + digit(key_of(sampled[i]), shift, bits)], 1)
                 choose_digit(shared, sample_quota(taken, length, STEP), bits)
                 floor = T.Cast("uint32", shared[CHOSEN]) << shift
             for step in row_steps(start, end):
                 load_step(vals, Scores, b, s, g, step)
                 for i in T.Parallel(STEP):
                     pos = step * STEP + i
-                    if pos >= start and pos < end and vals[i] >= floor:
-                        warp = (i % threads) // WARP
-                        slot = T.atomic_add(shared[WARP_LISTED + warp], 1, return_prev=True)
-                        if slot < PER_WARP:
-                            shared[CAND + warp * PER_WARP + slot] = pos
-                            shared[CAND_KEY + warp * PER_WARP + slot] = T.reinterpret(vals[i], "int32")
+                    if pos >= start and pos < end and key_of(vals[i]) >= floor:
+                        slot = T.atomic_add(shared[COUNT], 1, return_prev=True)
+                        if slot < CANDIDATES:
+                            shared[CAND + slot] = pos
+                            shared[CAND_KEY + slot] = T.reinterpret(vals[i], "int32")  # the score's bits
             T.sync_threads()
-            for w in T.Parallel(WARPS):
-                T.atomic_add(shared[LISTED], T.min(shared[WARP_LISTED + w], PER_WARP))
-                if shared[WARP_LISTED + w] > PER_WARP:
-                    shared[OVERFLOW] = 1
-            T.sync_threads()
-            # A list without overflow holding at least ``taken`` keys holds the k-th largest and all
-            # above it; else the exact fallback re-reads the row.
-            kept = shared[OVERFLOW] == 0 and shared[LISTED] >= taken
+            listed = shared[COUNT]
+            kept = listed >= taken and listed <= CANDIDATES  # else the exact fallback re-reads the row
             threshold = 0
             need = taken
             for shift, bits in ROUNDS:
                 T.sync_threads()  # the last round's readers are done with the histogram
-                clear(shared, HIST, BINS)
+                clear(shared, HIST, scan_span(bits))
                 if kept:
-                    count_candidates(shared, threshold, shift, bits)
+                    count_candidates(shared, listed, threshold, shift, bits)
                 else:
                     count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift, bits)
                 choose_digit(shared, need, bits)
                 threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
                 need = need - above_chosen(shared, bits)
-            T.sync_threads()
             if kept:
-                # Keys above the threshold take slots numbered per thread (a scan of the threads'
-                # counts), not from one shared counter most of the list would contend for.
-                for i in T.Parallel(threads):
-                    slots[i] = 0
-                for step in list_steps():
+                for step in T.serial(T.ceildiv(listed, threads)):
                     for i in T.Parallel(threads):
-                        c = step * threads + i
-                        if is_listed(shared, c) and candidate_key(shared, c) > threshold:
-                            slots[i] = slots[i] + 1
-                for i in T.Parallel(threads):
-                    shared[HIST + i] = slots[i]
-                T.sync_threads()
-                suffix_sums(shared, threads, (threads - 1).bit_length())
-                for i in T.Parallel(threads):
-                    slots[i] = shared[HIST + i] - slots[i]  # keys above it on later threads
-                for step in list_steps():
-                    for i in T.Parallel(threads):
-                        c = step * threads + i
-                        if is_listed(shared, c):
-                            if candidate_key(shared, c) > threshold:
-                                Indices[b, s, g, slots[i]] = shared[CAND + c]
-                                slots[i] = slots[i] + 1
-                            elif candidate_key(shared, c) == threshold:
-                                take_tie(shared, Indices, b, s, g, shared[CAND + c], need, taken)
+                        c = T.min(step * threads + i, CANDIDATES - 1)
+                        if step * threads + i < listed:
+                            pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c), threshold, need, taken)
             else:
                 for step in row_steps(start, end):
                     load_step(vals, Scores, b, s, g, step)
                     for i in T.Parallel(STEP):
                         pos = step * STEP + i
                         if pos >= start and pos < end:
-                            if vals[i] > threshold:
-                                slot = T.atomic_add(shared[ABOVE], 1, return_prev=True)
-                                Indices[b, s, g, slot] = pos
-                            elif vals[i] == threshold:
-                                take_tie(shared, Indices, b, s, g, pos, need, taken)
+                            pick(shared, Indices, b, s, g, pos, key_of(vals[i]), threshold, need, taken)
             for i in T.Parallel(topk):
                 if i >= taken:
                     Indices[b, s, g, i] = -1
