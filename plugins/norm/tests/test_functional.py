@@ -21,7 +21,7 @@ CASES = [
     (F.rms_norm_quant, "RMSNormQuantFwd", ["x", "weight"], {}),
     (F.layer_norm_quant, "LayerNormQuantFwd", ["x", "weight", "bias"], {}),
     (F.qk_norm, "QKNormFwd", ["q", "k", "q_weight", "k_weight"], {}),
-    (F.ada_layer_norm, "AdaLayerNormFwd", ["x", "shift", "scale"], {"batch": 2}),
+    (F.ada_layer_norm, "AdaLayerNormFwd", ["x", "shift", "scale"], {"batch": 3}),
     (F.weight_norm, "WeightNormFwd", ["v", "g"], {}),
     (F.l2_norm, "L2NormFwd", ["x"], {}),
     (F.l1_norm, "L1NormFwd", ["x"], {}),
