@@ -36,9 +36,7 @@ from npuops.kernels import KernelSpec
 THREADS = 512
 VECTOR = 16  # keys each thread loads per step (four 16-byte loads)
 # Digit rounds over the 32-bit key, top first: (shift, bits).
-# The first, 12 bits wide (sign, exponent, 3 mantissa bits), spreads the listed keys (which mostly
-# share their exponent) over more histogram entries than 8 bits would, so fewer atomics collide.
-ROUNDS = ((20, 12), (12, 8), (4, 8), (0, 4))
+ROUNDS = ((24, 8), (16, 8), (8, 8), (0, 8))
 SAMPLE_DIGIT = (20, 12)  # fine enough that the floor's bin adds few keys beyond the margin
 BINS = 1 << SAMPLE_DIGIT[1]
 CANDIDATES = 8192  # listed keys (position and key: 64 KB of shared memory, two blocks per SM)
@@ -124,53 +122,26 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                     T.atomic_add(shared[HIST + digit(candidate_key(shared, c), shift, bits)], 1)
 
     def scan_span(bits):
-        """Histogram entries a round clears: at least one per thread, since a parallel loop
-        shorter than the block runs on some threads only, and TileLang then drops the barriers
-        between the scan's steps (measured: wrong digits, then writes past the row)."""
+        """Histogram entries a round clears and scans: at least one per thread, since a parallel
+        loop shorter than the block runs on some threads only, and TileLang then drops the
+        barriers between the scan's steps (measured: wrong digits, then writes past the row)."""
         return max(1 << bits, threads)
 
     @T.macro
-    def suffix_scan(shared, first, count, levels):
-        """shared[first + t] becomes the sum of entries t.. of ``count`` (one per thread; those
-        from 1 << levels on are zero), by a parallel scan through the scratch area."""
-        for level in T.serial(levels):
-            for t in T.Parallel(count):
-                shared[SCRATCH + BINS // 2 + t] = shared[first + t] + T.if_then_else(
-                    t + (1 << level) < count, shared[first + T.min(t + (1 << level), count - 1)], 0)
-            T.sync_threads()
-            for t in T.Parallel(count):
-                shared[first + t] = shared[SCRATCH + BINS // 2 + t]
-            T.sync_threads()
-
-    @T.macro
-    def count_from_top(shared, bits):
-        """shared[HIST + d] becomes the counted keys with digit >= d. Each thread owns ``per``
-        adjacent digits: their sums are scanned, then each thread finishes its own digits, so a
-        12-bit histogram costs one scan over the threads rather than twelve over 4096 entries."""
-        span = scan_span(bits)  # entries past the digit's range are zero
-        per = span // threads
-        if per == 1:
-            suffix_scan(shared, HIST, span, bits)
-        else:
-            for t in T.Parallel(threads):
-                shared[SCRATCH + t] = sum(shared[HIST + t * per + p] for p in range(per))
-            T.sync_threads()
-            suffix_scan(shared, SCRATCH, threads, (threads - 1).bit_length())
-            for t in T.Parallel(threads):
-                for p in T.serial(per):  # from the thread's last digit down, each adding the one above
-                    d = t * per + per - 1 - p
-                    shared[HIST + d] = shared[HIST + d] + T.if_then_else(
-                        p == 0, T.if_then_else(t + 1 < threads, shared[SCRATCH + T.min(t + 1, threads - 1)], 0),
-                        shared[HIST + T.min(d + 1, span - 1)])
-            T.sync_threads()
-
-    @T.macro
     def choose_digit(shared, need, bits):
-        """Counts from the top (shared[HIST + d] = counted keys with digit >= d); then the digit
-        where that count reaches ``need`` (0 if none does) goes to shared[CHOSEN], written by
-        exactly one thread, and every thread may read it."""
+        """Counts from the top (shared[HIST + d] = counted keys with digit >= d), by a parallel
+        scan; then the digit where that count reaches ``need`` (0 if none does) goes to
+        shared[CHOSEN], written by exactly one thread, and every thread may read it."""
         T.sync_threads()  # every thread's atomics have landed
-        count_from_top(shared, bits)
+        span = scan_span(bits)  # entries past the digit's range are zero
+        for level in T.serial(bits):
+            for i in T.Parallel(span):
+                shared[SCRATCH + i] = shared[HIST + i] + T.if_then_else(
+                    i + (1 << level) < span, shared[HIST + T.min(i + (1 << level), span - 1)], 0)
+            T.sync_threads()
+            for i in T.Parallel(span):
+                shared[HIST + i] = shared[SCRATCH + i]
+            T.sync_threads()
         n = 1 << bits
         for i in T.Parallel(n):  # the counts only fall with the digit: one digit qualifies
             if (i == 0 or shared[HIST + i] >= need) and (i == n - 1 or shared[HIST + T.min(i + 1, n - 1)] < need):
