@@ -10,6 +10,11 @@ start, and W / sigma needs all of W v' — and written once. Five launches, all 
 5. out = W / sigma                                                 (one block per row)
 
 A single row (R == 1, the decode workloads) is one block doing all of it in registers.
+
+Launch variants (``npuops run --tune``): threads of the per-row kernels (3, 5 and the single row)
+and row chunks of the column partials; the default comes first. The row kernels' sweep found
+1024-thread blocks 40-80% slower than ~32 elements per thread there; whether that holds here is
+for a tuning run to say.
 TileLang is imported when a kernel is built. (No ``from __future__ import annotations`` here:
 TileLang evaluates the prim_funcs' tensor annotations, which must see the enclosing shapes.)
 """
@@ -23,7 +28,7 @@ from npuops.kernels import compile_kernel, tilelang_dtype
 F32 = "float32"
 COLUMN_TILE = 2048  # columns per block of the column-partial kernel (256 threads x 8)
 ROW_CHUNKS = 16  # row chunks of the column partials: 8 x 16 blocks for 16384 columns
-THREADS = 1024
+THREADS = 1024  # threads of the one-block kernels (2, 4) and the default of the per-row ones
 
 
 def unsupported(rows: int, cols: int) -> str | None:
@@ -35,13 +40,21 @@ def unsupported(rows: int, cols: int) -> str | None:
     return None
 
 
-def _single_row(cols: int, dt: str, eps: float):
+def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
+    """Launch configurations ``npuops run --tune`` chooses among, the default first."""
+    if rows == 1:
+        return [{"threads": t} for t in (THREADS, THREADS // 2, THREADS // 4)]
+    return [{"threads": t, "row_chunks": k} for t, k in ((THREADS, ROW_CHUNKS), (THREADS // 2, ROW_CHUNKS),
+                                                          (THREADS // 4, ROW_CHUNKS), (THREADS // 4, ROW_CHUNKS * 4))]
+
+
+def _single_row(cols: int, dt: str, eps: float, threads: int = THREADS):
     import tilelang.language as T
 
     @T.prim_func
     def main(W: T.Tensor((1, cols), dt), U: T.Tensor((1,), dt), Out: T.Tensor((1, cols), dt),
              UOut: T.Tensor((1,), dt), VOut: T.Tensor((cols,), dt)):
-        with T.Kernel(1, threads=THREADS) as _:
+        with T.Kernel(1, threads=threads) as _:
             w = T.alloc_fragment((cols,), F32)
             t = T.alloc_fragment((cols,), F32)
             total = T.alloc_fragment((1,), F32)
@@ -63,14 +76,14 @@ def _single_row(cols: int, dt: str, eps: float):
     return main
 
 
-def _column_partials(rows: int, cols: int, dt: str):
+def _column_partials(rows: int, cols: int, dt: str, row_chunks: int = ROW_CHUNKS):
     import tilelang.language as T
 
-    chunk = rows // ROW_CHUNKS
+    chunk = rows // row_chunks
 
     @T.prim_func
-    def main(W: T.Tensor((rows, cols), dt), U: T.Tensor((rows,), dt), P: T.Tensor((ROW_CHUNKS, cols), F32)):
-        with T.Kernel(cols // COLUMN_TILE, ROW_CHUNKS, threads=COLUMN_TILE // 8) as (bc, k):
+    def main(W: T.Tensor((rows, cols), dt), U: T.Tensor((rows,), dt), P: T.Tensor((row_chunks, cols), F32)):
+        with T.Kernel(cols // COLUMN_TILE, row_chunks, threads=COLUMN_TILE // 8) as (bc, k):
             acc = T.alloc_fragment((COLUMN_TILE,), F32)
             T.clear(acc)
             for r in T.serial(chunk):
@@ -82,17 +95,17 @@ def _column_partials(rows: int, cols: int, dt: str):
     return main
 
 
-def _normalize_v(cols: int, dt: str, eps: float):
+def _normalize_v(cols: int, dt: str, eps: float, row_chunks: int = ROW_CHUNKS):
     import tilelang.language as T
 
     @T.prim_func
-    def main(P: T.Tensor((ROW_CHUNKS, cols), F32), V: T.Tensor((cols,), F32), VOut: T.Tensor((cols,), dt)):
+    def main(P: T.Tensor((row_chunks, cols), F32), V: T.Tensor((cols,), F32), VOut: T.Tensor((cols,), dt)):
         with T.Kernel(1, threads=THREADS) as _:
             t = T.alloc_fragment((cols,), F32)
             sq = T.alloc_fragment((cols,), F32)
             total = T.alloc_fragment((1,), F32)
             T.clear(t)
-            for k in T.serial(ROW_CHUNKS):
+            for k in T.serial(row_chunks):
                 for c in T.Parallel(cols):
                     t[c] += P[k, c]
             for c in T.Parallel(cols):
@@ -105,12 +118,12 @@ def _normalize_v(cols: int, dt: str, eps: float):
     return main
 
 
-def _row_dots(rows: int, cols: int, dt: str):
+def _row_dots(rows: int, cols: int, dt: str, threads: int = THREADS):
     import tilelang.language as T
 
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), V: T.Tensor((cols,), F32), S: T.Tensor((rows,), F32)):
-        with T.Kernel(rows, threads=THREADS) as r:
+        with T.Kernel(rows, threads=threads) as r:
             prod = T.alloc_fragment((cols,), F32)
             total = T.alloc_fragment((1,), F32)
             for c in T.Parallel(cols):
@@ -142,24 +155,26 @@ def _normalize_u(rows: int, dt: str, eps: float):
     return main
 
 
-def _scale(rows: int, cols: int, dt: str):
+def _scale(rows: int, cols: int, dt: str, threads: int = THREADS):
     import tilelang.language as T
 
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), Sigma: T.Tensor((1,), F32), Out: T.Tensor((rows, cols), dt)):
-        with T.Kernel(rows, threads=THREADS) as r:
+        with T.Kernel(rows, threads=threads) as r:
             for c in T.Parallel(cols):
                 Out[r, c] = T.Cast(dt, T.Cast(F32, W[r, c]) / Sigma[0])
 
     return main
 
 
-def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float, device: torch.device) -> Callable:
-    """fn(weight, u, v) -> (weight / sigma, u', v'); v is not read (v' depends on W and u only)."""
+def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float, device: torch.device,
+                          threads: int = THREADS, row_chunks: int = ROW_CHUNKS) -> Callable:
+    """fn(weight, u, v) -> (weight / sigma, u', v'); v is not read (v' depends on W and u only).
+    ``threads`` and ``row_chunks``: a launch configuration from :func:`launch_variants`."""
     rows, cols = shape
     dt = tilelang_dtype(dtype)
     if rows == 1:
-        kernel = compile_kernel(_single_row(cols, dt, eps))
+        kernel = compile_kernel(_single_row(cols, dt, eps, threads))
 
         def one_row(weight, u, v):
             out = torch.empty_like(weight)
@@ -167,17 +182,17 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
             kernel(weight, u, out, u_out, v_out)
             return out, u_out, v_out
 
-        one_row.config = {"kernels": 1, "threads": THREADS}
+        one_row.config = {"kernels": 1, "threads": threads}
         return one_row
 
     partials, normalize_v, row_dots, normalize_u, scale = (
-        compile_kernel(_column_partials(rows, cols, dt)), compile_kernel(_normalize_v(cols, dt, eps)),
-        compile_kernel(_row_dots(rows, cols, dt)), compile_kernel(_normalize_u(rows, dt, eps)),
-        compile_kernel(_scale(rows, cols, dt)))
+        compile_kernel(_column_partials(rows, cols, dt, row_chunks)), compile_kernel(_normalize_v(cols, dt, eps, row_chunks)),
+        compile_kernel(_row_dots(rows, cols, dt, threads)), compile_kernel(_normalize_u(rows, dt, eps)),
+        compile_kernel(_scale(rows, cols, dt, threads)))
 
     def power_iteration(weight, u, v):
         f32 = dict(dtype=torch.float32, device=weight.device)
-        p, v_f32, s, sigma = (torch.empty((ROW_CHUNKS, cols), **f32), torch.empty(cols, **f32),
+        p, v_f32, s, sigma = (torch.empty((row_chunks, cols), **f32), torch.empty(cols, **f32),
                               torch.empty(rows, **f32), torch.empty(1, **f32))
         out, u_out, v_out = torch.empty_like(weight), torch.empty_like(u), torch.empty_like(v)
         partials(weight, u, p)
@@ -187,5 +202,5 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
         scale(weight, sigma, out)
         return out, u_out, v_out
 
-    power_iteration.config = {"kernels": 5, "threads": THREADS, "column_tile": COLUMN_TILE, "row_chunks": ROW_CHUNKS}
+    power_iteration.config = {"kernels": 5, "threads": threads, "column_tile": COLUMN_TILE, "row_chunks": row_chunks}
     return power_iteration

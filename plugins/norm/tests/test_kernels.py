@@ -55,16 +55,20 @@ def test_row_kernel_compiles_for_sm90(op_name):
         assert "__global__" in source and spec.config["threads"] % 32 == 0
 
 
-def test_spectral_norm_kernels_compile_for_sm90():
+def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants():
     from npuops_norm import spectral_kernel as sk
 
     for rows in (1, 2048):
         cols, dt = 8192, "bfloat16"
-        kernels = [sk._single_row(cols, dt, 1e-12)] if rows == 1 else [
-            sk._column_partials(rows, cols, dt), sk._normalize_v(cols, dt, 1e-12), sk._row_dots(rows, cols, dt),
-            sk._normalize_u(rows, dt, 1e-12), sk._scale(rows, cols, dt)]
-        for prim_func in kernels:
-            assert "__global__" in compile_kernel(prim_func, arch="sm_90").get_kernel_source()
+        variants = sk.launch_variants(rows, cols)
+        assert len({tuple(v.items()) for v in variants}) == len(variants) > 1
+        for config in (variants[0], variants[-1]):
+            threads, chunks = config["threads"], config.get("row_chunks", sk.ROW_CHUNKS)
+            kernels = [sk._single_row(cols, dt, 1e-12, threads)] if rows == 1 else [
+                sk._column_partials(rows, cols, dt, chunks), sk._normalize_v(cols, dt, 1e-12, chunks),
+                sk._row_dots(rows, cols, dt, threads), sk._normalize_u(rows, dt, 1e-12), sk._scale(rows, cols, dt, threads)]
+            for prim_func in kernels:
+                assert "__global__" in compile_kernel(prim_func, arch="sm_90").get_kernel_source()
 
 
 @pytest.mark.parametrize("op_name", ROW_KERNEL_OPS)

@@ -46,12 +46,15 @@ class SpectralNormPowerIterFwd(RowwiseNormOp):
 
         return unsupported(*w.shapes["x"])
 
-    tilelang_variants = None  # its own kernels, one launch configuration
+    def tilelang_variants(self, w):
+        from ..spectral_kernel import launch_variants
 
-    def tilelang_build(self, w, device):
+        return launch_variants(*w.shapes["x"])
+
+    def tilelang_build(self, w, device, config=None):
         from ..spectral_kernel import build_power_iteration
 
-        return build_power_iteration(w.shapes["x"], w.dtype_of("x"), self.config(w)["eps"], device)
+        return build_power_iteration(w.shapes["x"], w.dtype_of("x"), self.config(w)["eps"], device, **(config or {}))
 
     def torch_impl(self, w):
         eps = self.config(w)["eps"]
