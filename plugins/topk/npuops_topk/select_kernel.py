@@ -44,10 +44,14 @@ SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over 
 STEP_OF_DEFAULT = THREADS * VECTOR  # keys per step (and sampled) at the default launch
 
 
-def launch_variants() -> list[dict[str, int]]:
-    """(threads, keys per thread and step) ``npuops run --tune`` chooses among, the default first."""
-    return [{"threads": t, "vector": v} for t, v in ((THREADS, VECTOR), (THREADS, VECTOR // 2),
-                                                      (THREADS * 2, VECTOR // 2), (THREADS * 2, VECTOR))]
+def launch_variants() -> list[dict]:
+    """(threads, keys per thread and step, scan) ``npuops run --tune`` chooses among, the default
+    first. ``blocked_scan``: histograms wider than the block are counted from the top by each
+    thread summing its own digits and one scan over the threads, instead of a scan over every
+    entry (the sample's 4096: twelve passes of 8 entries per thread); not yet measured."""
+    shapes = ((THREADS, VECTOR), (THREADS, VECTOR // 2), (THREADS * 2, VECTOR // 2), (THREADS * 2, VECTOR))
+    variants = [{"threads": t, "vector": v, "blocked_scan": False} for t, v in shapes]
+    return [*variants[:1], {**variants[0], "blocked_scan": True}, *variants[1:]]
 
 
 def sample_position(start, length, i, sample: int):
@@ -64,7 +68,7 @@ def sample_quota(taken, length, sample: int):
 
 
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
-                  vector: int = VECTOR) -> KernelSpec:
+                  vector: int = VECTOR, blocked_scan: bool = False) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -128,20 +132,47 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         return max(1 << bits, threads)
 
     @T.macro
-    def choose_digit(shared, need, bits):
-        """Counts from the top (shared[HIST + d] = counted keys with digit >= d), by a parallel
-        scan; then the digit where that count reaches ``need`` (0 if none does) goes to
-        shared[CHOSEN], written by exactly one thread, and every thread may read it."""
-        T.sync_threads()  # every thread's atomics have landed
+    def suffix_scan(shared, first, count, levels):
+        """shared[first + i] becomes the sum of entries i.. of ``count`` (at least one per thread;
+        those from 1 << levels on are zero), by a parallel scan through the scratch area (its
+        second half when the entries are the first: the blocked scan's per-thread sums)."""
+        pong = SCRATCH + (BINS // 2 if first == SCRATCH else 0)
+        for level in T.serial(levels):
+            for i in T.Parallel(count):
+                shared[pong + i] = shared[first + i] + T.if_then_else(
+                    i + (1 << level) < count, shared[first + T.min(i + (1 << level), count - 1)], 0)
+            T.sync_threads()
+            for i in T.Parallel(count):
+                shared[first + i] = shared[pong + i]
+            T.sync_threads()
+
+    @T.macro
+    def count_from_top(shared, bits):
+        """shared[HIST + d] becomes the counted keys with digit >= d (see launch_variants)."""
         span = scan_span(bits)  # entries past the digit's range are zero
-        for level in T.serial(bits):
-            for i in T.Parallel(span):
-                shared[SCRATCH + i] = shared[HIST + i] + T.if_then_else(
-                    i + (1 << level) < span, shared[HIST + T.min(i + (1 << level), span - 1)], 0)
+        per = span // threads
+        if per == 1 or not blocked_scan:
+            suffix_scan(shared, HIST, span, bits)
+        else:
+            for t in T.Parallel(threads):
+                shared[SCRATCH + t] = sum(shared[HIST + t * per + p] for p in range(per))
             T.sync_threads()
-            for i in T.Parallel(span):
-                shared[HIST + i] = shared[SCRATCH + i]
+            suffix_scan(shared, SCRATCH, threads, (threads - 1).bit_length())
+            for t in T.Parallel(threads):
+                for p in T.serial(per):  # from the thread's last digit down, each adding the one above
+                    d = t * per + per - 1 - p
+                    shared[HIST + d] = shared[HIST + d] + T.if_then_else(
+                        p == 0, T.if_then_else(t + 1 < threads, shared[SCRATCH + T.min(t + 1, threads - 1)], 0),
+                        shared[HIST + T.min(d + 1, span - 1)])
             T.sync_threads()
+
+    @T.macro
+    def choose_digit(shared, need, bits):
+        """Counts from the top (shared[HIST + d] = counted keys with digit >= d); then the digit
+        where that count reaches ``need`` (0 if none does) goes to shared[CHOSEN], written by
+        exactly one thread, and every thread may read it."""
+        T.sync_threads()  # every thread's atomics have landed
+        count_from_top(shared, bits)
         n = 1 << bits
         for i in T.Parallel(n):  # the counts only fall with the digit: one digit qualifies
             if (i == 0 or shared[HIST + i] >= need) and (i == n - 1 or shared[HIST + T.min(i + 1, n - 1)] < need):
@@ -251,7 +282,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": threads, "vector": vector, "digit_bits": [bits for _, bits in ROUNDS],
+        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "digit_bits": [bits for _, bits in ROUNDS],
          "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": CANDIDATES},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next
