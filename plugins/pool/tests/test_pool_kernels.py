@@ -107,10 +107,18 @@ def test_each_window_kind_takes_its_kernel():
     # Planes too large to stage in shared memory take the window kernel, as adaptive windows do.
     assert kernel_of("AdaptiveAvgPool2dFwd", (1, 2, 56, 56), output_size=[1, 1])["kernel"] == "window"
     assert kernel_of("AdaptiveMaxPool2dFwd", (1, 2, 56, 56), output_size=[7, 7])["kernel"] == "window"
-    # Sliding windows take the rows kernel: whole short output rows, long ones split into tiles
-    # of whole 16-byte vectors.
-    stem = kernel_of("MaxPool2dFwd", (1, 2, 112, 112), kernel_size=3, stride=2, padding=1)
-    assert (stem["kernel"], stem["cols"], stem["rows"], stem["vector"]) == ("rows", 56, 14, 4)
+    # 1-d and non-overlapping sliding windows take the rows kernel, overlapping 2-d/3-d ones a
+    # thread per output, with the rows kernel as variants: its tiles hold whole short output rows,
+    # and long ones split into tiles of whole 16-byte vectors.
+    stem_shape, stem_params = (1, 2, 112, 112), dict(kernel_size=3, stride=2, padding=1)
+    assert kernel_of("MaxPool2dFwd", stem_shape, **stem_params)["kernel"] == "window"
+    assert kernel_of("MaxPool2dFwd", stem_shape, kernel_size=2, stride=2)["kernel"] == "rows"
+    assert kernel_of("MaxPool3dFwd", (1, 2, 8, 16, 16), kernel_size=[1, 2, 2], stride=[1, 2, 2])["kernel"] == "rows"
+    op = REGISTRY.op("MaxPool2dFwd")
+    w = make_workload("MaxPool2dFwd", stem_shape, "f32", **stem_params)
+    tile = next(v for v in op.tilelang_variants(w) if v["kernel"] == "rows")
+    stem = pool_kernel(op.pooling(w), w.shapes["input"], torch.float32, **tile).config
+    assert (stem["cols"], stem["rows"], stem["vector"]) == (56, 14, 4)
     long = kernel_of("AvgPool1dFwd", (1, 2, 32000), kernel_size=5, stride=4, padding=2)
     assert (long["kernel"], long["rows"], long["cols"], long["vector"]) == ("rows", 1, 1000, 4)
 
@@ -134,7 +142,7 @@ def test_every_launch_variant_matches_the_reference_on_the_cpu_target(op_name, s
     w = make_workload(op_name, shape, "f32", **params)
     variants = op.tilelang_variants(w)
     assert len(variants) >= 2 and len({tuple(v.items()) for v in variants}) == len(variants)
-    if variants[0]["kernel"] == "rows":
+    if any(v["kernel"] == "rows" for v in variants):
         variants += SMALL_TILES
     for config in variants:
         spec = pool_kernel(op.pooling(w), w.shapes["input"], torch.float32, **config)
