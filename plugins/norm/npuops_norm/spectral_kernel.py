@@ -15,6 +15,7 @@ Launch variants (``npuops run --tune``): threads of the per-row kernels (3, 5 an
 and row chunks of the column partials; the default comes first. The row kernels' sweep found
 1024-thread blocks 40-80% slower than ~32 elements per thread there; whether that holds here is
 for a tuning run to say.
+
 TileLang is imported when a kernel is built. (No ``from __future__ import annotations`` here:
 TileLang evaluates the prim_funcs' tensor annotations, which must see the enclosing shapes.)
 """

@@ -11,5 +11,5 @@ def npuops_ops():
 
 @hookimpl
 def npuops_implementations(ops):
-    return kernel_implementations(ops, __package__, "TileLang pooling: a thread per output visiting its window's taps, or "
-                                  "planes staged in shared memory for whole-input windows")
+    return kernel_implementations(ops, __package__, "TileLang pooling: input rows staged in shared memory, a thread per "
+                                  "output visiting its taps, or whole planes staged for global windows")

@@ -128,7 +128,7 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
     """The kernel for ``spec``: the default's, or the one a launch config from
     :func:`launch_variants` names (``rows`` x ``cols`` is the tile of a "rows" kernel)."""
     if kernel is None:
-        kernel = launch_variants(spec, dtype)[0]["kernel"]
+        return pool_kernel(spec, input_shape, dtype, **launch_variants(spec, dtype)[0])
     if kernel == "planes":
         return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK)
     if kernel == "rows":

@@ -41,7 +41,6 @@ SAMPLE_DIGIT = (20, 12)  # fine enough that the floor's bin adds few keys beyond
 BINS = 1 << SAMPLE_DIGIT[1]
 CANDIDATES = 8192  # listed keys (position and key: 64 KB of shared memory, two blocks per SM)
 SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over the row
-STEP_OF_DEFAULT = THREADS * VECTOR  # keys per step (and sampled) at the default launch
 
 
 def launch_variants() -> list[dict]:

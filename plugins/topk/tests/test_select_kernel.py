@@ -87,6 +87,13 @@ def listed_by_sample(row: torch.Tensor, taken: int, step: int) -> int:
     return int((digits >= floor).sum())
 
 
+def default_step() -> int:
+    """Keys per step, and so the sample's size, at the default launch."""
+    from npuops_topk.select_kernel import THREADS, VECTOR
+
+    return THREADS * VECTOR
+
+
 def one_row(length: int, topk: int):
     return workload((1, 1, length, 1), topk, prefix_len=length - 1)
 
@@ -100,35 +107,35 @@ def check_row(w, scores: torch.Tensor):
 
 def test_a_row_whose_sample_lists_more_keys_than_fit_takes_the_exact_fallback():
     """20000 keys sharing their top 12 bits (1.0 plus low mantissa bits): all are listed."""
-    from npuops_topk.select_kernel import CANDIDATES, STEP_OF_DEFAULT
+    from npuops_topk.select_kernel import CANDIDATES
 
     w = one_row(20000, 100)
     noise = torch.randint(0, 1 << 12, (20000,), dtype=torch.int32)
     scores = (torch.ones(20000).view(torch.int32) | noise).view(torch.float32)
-    assert listed_by_sample(scores, 100, STEP_OF_DEFAULT) > CANDIDATES
+    assert listed_by_sample(scores, 100, default_step()) > CANDIDATES
     assert check_row(w, scores).ok
 
 
 def test_a_row_whose_sample_lists_fewer_keys_than_topk_takes_the_exact_fallback():
     """Large scores only where the kernel samples: the floor its sample sets lists too few."""
-    from npuops_topk.select_kernel import STEP_OF_DEFAULT, sample_position
+    from npuops_topk.select_kernel import sample_position
 
     length, topk = 40000, 1000
     w = one_row(length, topk)
     scores = torch.randn(length) - 100
-    sampled = torch.tensor([sample_position(0, length, i, STEP_OF_DEFAULT) for i in range(STEP_OF_DEFAULT)])
+    sampled = torch.tensor([sample_position(0, length, i, default_step()) for i in range(default_step())])
     scores[sampled] = torch.exp2(torch.rand(sampled.numel()) * 20 + 10)  # spread over many digits
-    assert listed_by_sample(scores, topk, STEP_OF_DEFAULT) < topk
+    assert listed_by_sample(scores, topk, default_step()) < topk
     assert check_row(w, scores).ok
 
 
 def test_a_row_of_normal_scores_is_listed_without_fallback():
     """The case the sample is built for: the list holds the top-k and fits."""
-    from npuops_topk.select_kernel import CANDIDATES, STEP_OF_DEFAULT
+    from npuops_topk.select_kernel import CANDIDATES
 
     w = one_row(49152, 2048)
     scores = torch.randn(49152)
-    assert 2048 <= listed_by_sample(scores, 2048, STEP_OF_DEFAULT) <= CANDIDATES
+    assert 2048 <= listed_by_sample(scores, 2048, default_step()) <= CANDIDATES
     assert check_row(w, scores).ok
 
 
