@@ -44,13 +44,24 @@ SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over 
 
 
 def launch_variants() -> list[dict]:
-    """(threads, keys per thread and step, scan) ``npuops run --tune`` chooses among, the default
-    first. ``blocked_scan``: histograms wider than the block are counted from the top by each
-    thread summing its own digits and one scan over the threads, instead of a scan over every
-    entry (the sample's 4096: twelve passes of 8 entries per thread); not yet measured."""
-    shapes = ((THREADS, VECTOR), (THREADS, VECTOR // 2), (THREADS * 2, VECTOR // 2), (THREADS * 2, VECTOR))
-    variants = [{"threads": t, "vector": v, "blocked_scan": False} for t, v in shapes]
+    """(threads, keys per thread and step, scan, shared-memory layout) ``npuops run --tune``
+    chooses among, the default first. ``blocked_scan``: histograms wider than the block are counted
+    from the top by each thread summing its own digits and one scan over the threads, instead of a
+    scan over every entry (the sample's 4096: twelve passes of 8 entries per thread). ``compact``:
+    see :func:`select_kernel`; with ``blocks_per_sm`` 3 the compiler keeps 512 threads within the
+    registers of three blocks per SM (48 registers a thread allow two). Neither is measured yet."""
+    shapes = ((THREADS, VECTOR, False, 0), (THREADS, VECTOR, True, 3), (THREADS // 2, VECTOR, True, 0),
+              (THREADS, VECTOR // 2, False, 0), (THREADS * 2, VECTOR // 2, False, 0), (THREADS * 2, VECTOR, False, 0))
+    variants = [{"threads": t, "vector": v, "blocked_scan": False, "compact": c, "blocks_per_sm": n}
+                for t, v, c, n in shapes]
     return [*variants[:1], {**variants[0], "blocked_scan": True}, *variants[1:]]
+
+
+def scan_span(bits: int, threads: int) -> int:
+    """Histogram entries a round clears and scans: at least one per thread, since a parallel
+    loop shorter than the block runs on some threads only, and TileLang then drops the barriers
+    between the scan's steps (measured: wrong digits, then writes past the row)."""
+    return max(1 << bits, threads)
 
 
 def sample_position(start, length, i, sample: int):
@@ -67,16 +78,29 @@ def sample_quota(taken, length, sample: int):
 
 
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
-                  vector: int = VECTOR, blocked_scan: bool = False) -> KernelSpec:
+                  vector: int = VECTOR, blocked_scan: bool = False, compact: bool = False,
+                  blocks_per_sm: int = 0) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
 
     rows = batch * seq_len * kv_group
     # One shared int32 buffer (TileLang's CPU target allows a single one): histogram / counts from
-    # the top, scan scratch, listed positions and their keys (so the rounds never re-read them).
-    HIST, SCRATCH, CAND, CAND_KEY = 0, BINS, 2 * BINS, 2 * BINS + CANDIDATES
-    CHOSEN, ABOVE, TIES, COUNT = (2 * BINS + 2 * CANDIDATES + i for i in range(4))
+    # the top with its scan scratch, listed positions and their keys (so the rounds never re-read
+    # them), a few counters. ``compact``: the sample's histogram and scratch (2 x BINS) lie in the
+    # list's area, which is only filled once the sample is done, and the rounds' own (one entry per
+    # thread each) follow the list: 68 instead of 96 KB for 512 threads, three blocks per SM.
+    round_span = scan_span(ROUNDS[0][1], threads)
+    assert BINS <= CANDIDATES and all(bits == ROUNDS[0][1] for _, bits in ROUNDS)  # the layouts below
+    if compact:
+        CAND, CAND_KEY = 0, CANDIDATES
+        SAMPLE_HIST, HIST = 0, 2 * CANDIDATES
+        counters = HIST + 2 * round_span
+    else:
+        SAMPLE_HIST = HIST = 0
+        CAND, CAND_KEY = 2 * BINS, 2 * BINS + CANDIDATES
+        counters = CAND_KEY + CANDIDATES
+    CHOSEN, ABOVE, TIES, COUNT = (counters + i for i in range(4))
     # A row's steps are whole vectors when they divide it; otherwise positions past it are clamped.
     whole_steps = seq_len_kv % STEP == 0
 
@@ -124,18 +148,16 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 if step * threads + i < listed and matches(candidate_key(shared, c), threshold, shift, bits):
                     T.atomic_add(shared[HIST + digit(candidate_key(shared, c), shift, bits)], 1)
 
-    def scan_span(bits):
-        """Histogram entries a round clears and scans: at least one per thread, since a parallel
-        loop shorter than the block runs on some threads only, and TileLang then drops the
-        barriers between the scan's steps (measured: wrong digits, then writes past the row)."""
-        return max(1 << bits, threads)
+    def scratch_of(hist):
+        """The scan scratch that follows a histogram (the sample's or the rounds')."""
+        return hist + (BINS if hist == SAMPLE_HIST else round_span)
 
     @T.macro
-    def suffix_scan(shared, first, count, levels):
+    def suffix_scan(shared, scratch, first, count, levels):
         """shared[first + i] becomes the sum of entries i.. of ``count`` (at least one per thread;
         those from 1 << levels on are zero), by a parallel scan through the scratch area (its
         second half when the entries are the first: the blocked scan's per-thread sums)."""
-        pong = SCRATCH + (BINS // 2 if first == SCRATCH else 0)
+        pong = scratch + (BINS // 2 if first == scratch else 0)
         for level in T.serial(levels):
             for i in T.Parallel(count):
                 shared[pong + i] = shared[first + i] + T.if_then_else(
@@ -146,35 +168,36 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             T.sync_threads()
 
     @T.macro
-    def count_from_top(shared, bits):
-        """shared[HIST + d] becomes the counted keys with digit >= d (see launch_variants)."""
-        span = scan_span(bits)  # entries past the digit's range are zero
+    def count_from_top(shared, hist, bits):
+        """shared[hist + d] becomes the counted keys with digit >= d (see launch_variants)."""
+        span = scan_span(bits, threads)  # entries past the digit's range are zero
         per = span // threads
+        scratch = scratch_of(hist)
         if per == 1 or not blocked_scan:
-            suffix_scan(shared, HIST, span, bits)
+            suffix_scan(shared, scratch, hist, span, bits)
         else:
             for t in T.Parallel(threads):
-                shared[SCRATCH + t] = sum(shared[HIST + t * per + p] for p in range(per))
+                shared[scratch + t] = sum(shared[hist + t * per + p] for p in range(per))
             T.sync_threads()
-            suffix_scan(shared, SCRATCH, threads, (threads - 1).bit_length())
+            suffix_scan(shared, scratch, scratch, threads, (threads - 1).bit_length())
             for t in T.Parallel(threads):
                 for p in T.serial(per):  # from the thread's last digit down, each adding the one above
                     d = t * per + per - 1 - p
-                    shared[HIST + d] = shared[HIST + d] + T.if_then_else(
-                        p == 0, T.if_then_else(t + 1 < threads, shared[SCRATCH + T.min(t + 1, threads - 1)], 0),
-                        shared[HIST + T.min(d + 1, span - 1)])
+                    shared[hist + d] = shared[hist + d] + T.if_then_else(
+                        p == 0, T.if_then_else(t + 1 < threads, shared[scratch + T.min(t + 1, threads - 1)], 0),
+                        shared[hist + T.min(d + 1, span - 1)])
             T.sync_threads()
 
     @T.macro
-    def choose_digit(shared, need, bits):
-        """Counts from the top (shared[HIST + d] = counted keys with digit >= d); then the digit
+    def choose_digit(shared, hist, need, bits):
+        """Counts from the top (shared[hist + d] = counted keys with digit >= d); then the digit
         where that count reaches ``need`` (0 if none does) goes to shared[CHOSEN], written by
         exactly one thread, and every thread may read it."""
         T.sync_threads()  # every thread's atomics have landed
-        count_from_top(shared, bits)
+        count_from_top(shared, hist, bits)
         n = 1 << bits
         for i in T.Parallel(n):  # the counts only fall with the digit: one digit qualifies
-            if (i == 0 or shared[HIST + i] >= need) and (i == n - 1 or shared[HIST + T.min(i + 1, n - 1)] < need):
+            if (i == 0 or shared[hist + i] >= need) and (i == n - 1 or shared[hist + T.min(i + 1, n - 1)] < need):
                 shared[CHOSEN] = i
         T.sync_threads()
 
@@ -207,7 +230,9 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
              Starts: T.Tensor((batch, seq_len), "int32"), Ends: T.Tensor((batch, seq_len), "int32"),
              Indices: T.Tensor((batch, seq_len, kv_group, topk), "int32")):
         with T.Kernel(rows, threads=threads) as r:
-            shared = T.alloc_shared((2 * BINS + 2 * CANDIDATES + 4,), "int32")
+            if blocks_per_sm:  # the register budget (0: the compiler's)
+                T.annotate_min_blocks_per_sm(blocks_per_sm)
+            shared = T.alloc_shared((COUNT + 1,), "int32")
             vals = T.alloc_fragment((STEP,), "float32")  # one step's scores
             # The sample apart: sharing a fragment with its scattered loads kept the steps' loads scalar.
             sampled = T.alloc_fragment((STEP,), "float32")
@@ -226,12 +251,12 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             floor = 0
             if length > CANDIDATES:
                 shift, bits = SAMPLE_DIGIT
-                clear(shared, HIST, scan_span(bits))
+                clear(shared, SAMPLE_HIST, scan_span(bits, threads))
                 for i in T.Parallel(STEP):
                     sampled[i] = Scores[b, s, sample_position(start, length, i, STEP), g]
                 for i in T.Parallel(STEP):
-                    T.atomic_add(shared[HIST + digit(key_of(sampled[i]), shift, bits)], 1)
-                choose_digit(shared, sample_quota(taken, length, STEP), bits)
+                    T.atomic_add(shared[SAMPLE_HIST + digit(key_of(sampled[i]), shift, bits)], 1)
+                choose_digit(shared, SAMPLE_HIST, sample_quota(taken, length, STEP), bits)
                 floor = T.Cast("uint32", shared[CHOSEN]) << shift
             for step in row_steps(start, end):
                 load_step(vals, Scores, b, s, g, step)
@@ -249,12 +274,12 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             need = taken
             for shift, bits in ROUNDS:
                 T.sync_threads()  # the last round's readers are done with the histogram
-                clear(shared, HIST, scan_span(bits))
+                clear(shared, HIST, scan_span(bits, threads))
                 if kept:
                     count_candidates(shared, listed, threshold, shift, bits)
                 else:
                     count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift, bits)
-                choose_digit(shared, need, bits)
+                choose_digit(shared, HIST, need, bits)
                 threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
                 need = need - above_chosen(shared, bits)
             if kept:
@@ -281,7 +306,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "digit_bits": [bits for _, bits in ROUNDS],
+        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "digit_bits": [bits for _, bits in ROUNDS],
          "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": CANDIDATES},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next
