@@ -49,12 +49,16 @@ def launch_variants() -> list[dict]:
     from the top by each thread summing its own digits and one scan over the threads, instead of a
     scan over every entry (the sample's 4096: twelve passes of 8 entries per thread). ``compact``:
     see :func:`select_kernel`; with ``blocks_per_sm`` 3 the compiler keeps 512 threads within the
-    registers of three blocks per SM (48 registers a thread allow two). Neither is measured yet."""
+    registers of three blocks per SM (48 registers a thread allow two). ``warp_append``: each warp
+    reserves its listed keys' slots with one atomic per step (a shuffle scan of the threads'
+    counts) instead of one per key; written per thread, so TileLang's CPU target cannot build it.
+    None of the three is measured yet."""
     shapes = ((THREADS, VECTOR, False, 0), (THREADS, VECTOR, True, 3), (THREADS // 2, VECTOR, True, 0),
               (THREADS, VECTOR // 2, False, 0), (THREADS * 2, VECTOR // 2, False, 0), (THREADS * 2, VECTOR, False, 0))
-    variants = [{"threads": t, "vector": v, "blocked_scan": False, "compact": c, "blocks_per_sm": n}
+    variants = [{"threads": t, "vector": v, "blocked_scan": False, "compact": c, "blocks_per_sm": n, "warp_append": False}
                 for t, v, c, n in shapes]
-    return [*variants[:1], {**variants[0], "blocked_scan": True}, *variants[1:]]
+    return [*variants[:1], {**variants[0], "blocked_scan": True}, {**variants[0], "warp_append": True},
+            {**variants[1], "warp_append": True}, *variants[1:]]
 
 
 def scan_span(bits: int, threads: int) -> int:
@@ -79,7 +83,7 @@ def sample_quota(taken, length, sample: int):
 
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
                   vector: int = VECTOR, blocked_scan: bool = False, compact: bool = False,
-                  blocks_per_sm: int = 0) -> KernelSpec:
+                  blocks_per_sm: int = 0, warp_append: bool = False) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -115,6 +119,12 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         """key agrees with the threshold on the digits above this round's."""
         return True if shift + bits == 32 else (key >> (shift + bits)) == (threshold >> (shift + bits))
 
+    def clamped(pos):
+        return pos if whole_steps else T.min(pos, seq_len_kv - 1)
+
+    def listable(pos, score, start, end, floor):
+        return (pos >= start) & (pos < end) & (key_of(score) >= floor)
+
     @T.macro
     def load_step(vals, Scores, b, s, g, step):
         """The row's scores at positions step * STEP + i, all loads issued before any is used: a
@@ -122,7 +132,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         converting here kept the loads scalar: 1.4 TB/s)."""
         for i in T.Parallel(STEP):
             pos = step * STEP + i
-            vals[i] = Scores[b, s, pos if whole_steps else T.min(pos, seq_len_kv - 1), g]
+            vals[i] = Scores[b, s, clamped(pos), g]
 
     def row_steps(start, end):
         """The steps covering [start, end)."""
@@ -237,6 +247,13 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             # The sample apart: sharing a fragment with its scattered loads kept the steps' loads scalar.
             sampled = T.alloc_fragment((STEP,), "float32")
             floor = T.alloc_var("uint32")  # keys at or above it are listed
+            if warp_append:
+                tx = T.get_thread_binding()
+                own = T.alloc_local((vector,), "float32")  # this thread's scores of a step
+                kept_own = T.alloc_var("int32")
+                up_to_own = T.alloc_var("int32")
+                warp_base = T.alloc_var("int32")
+                slot = T.alloc_var("int32")
             listed = T.alloc_var("int32")
             threshold = T.alloc_var("uint32")  # the digits of the k-th largest key found so far
             need = T.alloc_var("int32")  # keys still to take among those matching them
@@ -258,15 +275,42 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                     T.atomic_add(shared[SAMPLE_HIST + digit(key_of(sampled[i]), shift, bits)], 1)
                 choose_digit(shared, SAMPLE_HIST, sample_quota(taken, length, STEP), bits)
                 floor = T.Cast("uint32", shared[CHOSEN]) << shift
-            for step in row_steps(start, end):
-                load_step(vals, Scores, b, s, g, step)
-                for i in T.Parallel(STEP):
-                    pos = step * STEP + i
-                    if pos >= start and pos < end and key_of(vals[i]) >= floor:
-                        slot = T.atomic_add(shared[COUNT], 1, return_prev=True)
-                        if slot < CANDIDATES:
-                            shared[CAND + slot] = pos
-                            shared[CAND_KEY + slot] = T.reinterpret(vals[i], "int32")  # the score's bits
+            if warp_append:
+                for step in row_steps(start, end):
+                    # Thread tx holds positions step * STEP + (j * threads + tx) * 4 + v (16-byte loads).
+                    for j in T.unroll(vector // 4):
+                        for v in T.vectorized(4):
+                            own[j * 4 + v] = Scores[b, s, clamped(step * STEP + (j * threads + tx) * 4 + v), g]
+                    kept_own = 0
+                    for e in T.unroll(vector):
+                        if listable(step * STEP + ((e // 4) * threads + tx) * 4 + e % 4, own[e], start, end, floor):
+                            kept_own = kept_own + 1
+                    up_to_own = kept_own  # the warp's inclusive prefix sum of kept_own
+                    for d in (1, 2, 4, 8, 16):
+                        below = T.shfl_up(up_to_own, d)
+                        if tx % 32 >= d:
+                            up_to_own = up_to_own + below
+                    warp_base = 0
+                    if tx % 32 == 31:  # one atomic per warp and step reserves the warp's slots
+                        warp_base = T.atomic_add(shared[COUNT], up_to_own, return_prev=True)
+                    slot = T.shfl_sync(warp_base, 31) + up_to_own - kept_own
+                    for e in T.unroll(vector):
+                        pos = step * STEP + ((e // 4) * threads + tx) * 4 + e % 4
+                        if listable(pos, own[e], start, end, floor):
+                            if slot < CANDIDATES:
+                                shared[CAND + slot] = pos
+                                shared[CAND_KEY + slot] = T.reinterpret(own[e], "int32")
+                            slot = slot + 1
+            else:
+                for step in row_steps(start, end):
+                    load_step(vals, Scores, b, s, g, step)
+                    for i in T.Parallel(STEP):
+                        pos = step * STEP + i
+                        if listable(pos, vals[i], start, end, floor):
+                            slot = T.atomic_add(shared[COUNT], 1, return_prev=True)
+                            if slot < CANDIDATES:
+                                shared[CAND + slot] = pos
+                                shared[CAND_KEY + slot] = T.reinterpret(vals[i], "int32")  # the score's bits
             T.sync_threads()
             listed = shared[COUNT]
             kept = listed >= taken and listed <= CANDIDATES  # else the exact fallback re-reads the row
@@ -306,7 +350,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "digit_bits": [bits for _, bits in ROUNDS],
+        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "digit_bits": [bits for _, bits in ROUNDS],
          "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": CANDIDATES},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next

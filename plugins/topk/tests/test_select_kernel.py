@@ -48,12 +48,23 @@ def test_selection_is_exact_on_the_cpu_target(shape, topk, params):
     assert result.ok, result.detail
 
 
-def test_every_launch_variant_is_exact_on_the_cpu_target():
+def test_every_tile_level_launch_variant_is_exact_on_the_cpu_target():
     w = workload((1, 6, 20000, 1), 50)
     variants = OP.tilelang_variants(w)
     assert len({tuple(v.items()) for v in variants}) == len(variants) > 1
     for config in variants:
-        assert check(OP, w, cpu_selector(w, **config), CPUDevice(), seed=4).ok, config
+        if not config["warp_append"]:  # per-thread code: compiled below, run by the GPU tests
+            assert check(OP, w, cpu_selector(w, **config), CPUDevice(), seed=4).ok, config
+
+
+def test_per_thread_launch_variants_compile_for_sm90():
+    from npuops_topk.select_kernel import select_kernel
+
+    w = OP.workloads[0]
+    for config in OP.tilelang_variants(w):
+        if config["warp_append"]:
+            spec = select_kernel(*w.shapes["index_score"], OP.config(w)["topk"], **config)
+            assert "__shfl_up_sync" in compile_kernel(spec.prim_func, "sm_90", spec.pass_configs).get_kernel_source()
 
 
 def test_ties_pick_any_of_the_equal_scores():
@@ -174,6 +185,17 @@ def test_selection_is_exact_on_the_gpu(shape, topk, params):
     impl = REGISTRY.implementation("TopkSelectorFwd", "tilelang")
     w = workload(shape, topk, **params)
     assert check(OP, w, impl.build(OP, w, device.torch_device()), device, seed=1).ok
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", range(len(OP.tilelang_variants(OP.workloads[0]))))
+def test_every_launch_variant_is_exact_on_the_gpu(variant):
+    device = REGISTRY.device("cuda")
+    impl = REGISTRY.implementation("TopkSelectorFwd", "tilelang")
+    for shape, topk, params in CASES:
+        w = workload(shape, topk, **params)
+        config = OP.tilelang_variants(w)[variant]
+        assert check(OP, w, impl.build(OP, w, device.torch_device(), config), device, seed=1).ok, (shape, config)
 
 
 @pytest.mark.gpu
