@@ -49,16 +49,19 @@ def launch_variants() -> list[dict]:
     from the top by each thread summing its own digits and one scan over the threads, instead of a
     scan over every entry (the sample's 4096: twelve passes of 8 entries per thread). ``compact``:
     see :func:`select_kernel`; with ``blocks_per_sm`` 3 the compiler keeps 512 threads within the
-    registers of three blocks per SM (48 registers a thread allow two). ``warp_append``: each warp
+    registers of three blocks per SM (48 registers a thread allow two); 256 threads with a shorter
+    list fit four or five. ``warp_append``: each warp
     reserves its listed keys' slots with one atomic per step (a shuffle scan of the threads'
     counts) instead of one per key; written per thread, so TileLang's CPU target cannot build it.
     None of the three is measured yet."""
-    shapes = ((THREADS, VECTOR, False, 0), (THREADS, VECTOR, True, 3), (THREADS // 2, VECTOR, True, 0),
-              (THREADS, VECTOR // 2, False, 0), (THREADS * 2, VECTOR // 2, False, 0), (THREADS * 2, VECTOR, False, 0))
-    variants = [{"threads": t, "vector": v, "blocked_scan": False, "compact": c, "blocks_per_sm": n, "warp_append": False}
-                for t, v, c, n in shapes]
+    shapes = ((THREADS, VECTOR, False, 0, CANDIDATES), (THREADS, VECTOR, True, 3, CANDIDATES),
+              (THREADS // 2, VECTOR, True, 4, 6144), (THREADS // 2, VECTOR, True, 5, 4096),
+              (THREADS, VECTOR // 2, False, 0, CANDIDATES), (THREADS * 2, VECTOR // 2, False, 0, CANDIDATES),
+              (THREADS * 2, VECTOR, False, 0, CANDIDATES))
+    variants = [{"threads": t, "vector": v, "blocked_scan": False, "compact": c, "blocks_per_sm": n, "warp_append": False,
+                 "candidates": k} for t, v, c, n, k in shapes]
     return [*variants[:1], {**variants[0], "blocked_scan": True}, {**variants[0], "warp_append": True},
-            {**variants[1], "warp_append": True}, *variants[1:]]
+            {**variants[1], "warp_append": True}, {**variants[2], "warp_append": True}, *variants[1:]]
 
 
 def scan_span(bits: int, threads: int) -> int:
@@ -83,7 +86,7 @@ def sample_quota(taken, length, sample: int):
 
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
                   vector: int = VECTOR, blocked_scan: bool = False, compact: bool = False,
-                  blocks_per_sm: int = 0, warp_append: bool = False) -> KernelSpec:
+                  blocks_per_sm: int = 0, warp_append: bool = False, candidates: int = CANDIDATES) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -95,15 +98,15 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     # list's area, which is only filled once the sample is done, and the rounds' own (one entry per
     # thread each) follow the list: 68 instead of 96 KB for 512 threads, three blocks per SM.
     round_span = scan_span(ROUNDS[0][1], threads)
-    assert BINS <= CANDIDATES and all(bits == ROUNDS[0][1] for _, bits in ROUNDS)  # the layouts below
+    assert BINS <= candidates and all(bits == ROUNDS[0][1] for _, bits in ROUNDS)  # the layouts below
     if compact:
-        CAND, CAND_KEY = 0, CANDIDATES
-        SAMPLE_HIST, HIST = 0, 2 * CANDIDATES
+        CAND, CAND_KEY = 0, candidates
+        SAMPLE_HIST, HIST = 0, 2 * candidates
         counters = HIST + 2 * round_span
     else:
         SAMPLE_HIST = HIST = 0
-        CAND, CAND_KEY = 2 * BINS, 2 * BINS + CANDIDATES
-        counters = CAND_KEY + CANDIDATES
+        CAND, CAND_KEY = 2 * BINS, 2 * BINS + candidates
+        counters = CAND_KEY + candidates
     CHOSEN, ABOVE, TIES, COUNT = (counters + i for i in range(4))
     # A row's steps are whole vectors when they divide it; otherwise positions past it are clamped.
     whole_steps = seq_len_kv % STEP == 0
@@ -154,7 +157,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     def count_candidates(shared, listed, threshold, shift, bits):
         for step in T.serial(T.ceildiv(listed, threads)):
             for i in T.Parallel(threads):
-                c = T.min(step * threads + i, CANDIDATES - 1)
+                c = T.min(step * threads + i, candidates - 1)
                 if step * threads + i < listed and matches(candidate_key(shared, c), threshold, shift, bits):
                     T.atomic_add(shared[HIST + digit(candidate_key(shared, c), shift, bits)], 1)
 
@@ -266,7 +269,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             taken = T.min(length, topk)
             clear(shared, ABOVE, 3)
             floor = 0
-            if length > CANDIDATES:
+            if length > candidates:
                 shift, bits = SAMPLE_DIGIT
                 clear(shared, SAMPLE_HIST, scan_span(bits, threads))
                 for i in T.Parallel(STEP):
@@ -297,7 +300,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                     for e in T.unroll(vector):
                         pos = step * STEP + ((e // 4) * threads + tx) * 4 + e % 4
                         if listable(pos, own[e], start, end, floor):
-                            if slot < CANDIDATES:
+                            if slot < candidates:
                                 shared[CAND + slot] = pos
                                 shared[CAND_KEY + slot] = T.reinterpret(own[e], "int32")
                             slot = slot + 1
@@ -308,12 +311,12 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                         pos = step * STEP + i
                         if listable(pos, vals[i], start, end, floor):
                             slot = T.atomic_add(shared[COUNT], 1, return_prev=True)
-                            if slot < CANDIDATES:
+                            if slot < candidates:
                                 shared[CAND + slot] = pos
                                 shared[CAND_KEY + slot] = T.reinterpret(vals[i], "int32")  # the score's bits
             T.sync_threads()
             listed = shared[COUNT]
-            kept = listed >= taken and listed <= CANDIDATES  # else the exact fallback re-reads the row
+            kept = listed >= taken and listed <= candidates  # else the exact fallback re-reads the row
             threshold = 0
             need = taken
             for shift, bits in ROUNDS:
@@ -329,7 +332,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             if kept:
                 for step in T.serial(T.ceildiv(listed, threads)):
                     for i in T.Parallel(threads):
-                        c = T.min(step * threads + i, CANDIDATES - 1)
+                        c = T.min(step * threads + i, candidates - 1)
                         if step * threads + i < listed:
                             pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c), threshold, need, taken)
             else:
@@ -351,7 +354,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         {"indices": torch.int32},
         (("indices", out_shape),),
         {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "digit_bits": [bits for _, bits in ROUNDS],
-         "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": CANDIDATES},
+         "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": candidates},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next
         # step's loads.
