@@ -44,24 +44,33 @@ SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over 
 
 
 def launch_variants() -> list[dict]:
-    """(threads, keys per thread and step, scan, shared-memory layout) ``npuops run --tune``
-    chooses among, the default first. ``blocked_scan``: histograms wider than the block are counted
-    from the top by each thread summing its own digits and one scan over the threads, instead of a
-    scan over every entry (the sample's 4096: twelve passes of 8 entries per thread). ``compact``:
-    see :func:`select_kernel`; with ``blocks_per_sm`` 3 the compiler keeps 512 threads within the
-    registers of three blocks per SM (48 registers a thread allow two); 256 threads with a shorter
-    list fit four or five. ``warp_append``: each warp
-    reserves its listed keys' slots with one atomic per step (a shuffle scan of the threads'
-    counts) instead of one per key; written per thread, so TileLang's CPU target cannot build it.
-    None of the three is measured yet."""
-    shapes = ((THREADS, VECTOR, False, 0, CANDIDATES), (THREADS, VECTOR, True, 3, CANDIDATES),
-              (THREADS // 2, VECTOR, True, 4, 6144), (THREADS // 2, VECTOR, True, 5, 4096),
-              (THREADS, VECTOR // 2, False, 0, CANDIDATES), (THREADS * 2, VECTOR // 2, False, 0, CANDIDATES),
-              (THREADS * 2, VECTOR, False, 0, CANDIDATES))
-    variants = [{"threads": t, "vector": v, "blocked_scan": False, "compact": c, "blocks_per_sm": n, "warp_append": False,
-                 "candidates": k} for t, v, c, n, k in shapes]
-    return [*variants[:1], {**variants[0], "blocked_scan": True}, {**variants[0], "warp_append": True},
-            {**variants[1], "warp_append": True}, {**variants[2], "warp_append": True}, *variants[1:]]
+    """The launch configurations ``npuops run --tune`` chooses among, the default first: threads,
+    keys per thread and step, the shared-memory layout and how the block cooperates.
+
+    - ``compact``: see :func:`select_kernel`; with ``blocks_per_sm`` 3 the compiler keeps 512
+      threads within the registers of three blocks per SM (48 registers a thread allow two); 256
+      threads with a shorter list fit four or five.
+    - ``blocked_scan``: histograms wider than the block are counted from the top by each thread
+      summing its own digits and one scan over the threads, instead of a scan over every entry (the
+      sample's 4096: twelve passes of 8 entries per thread).
+    - ``warp_scan``: the same with warp shuffles, two barriers per scan instead of two per level.
+    - ``warp_append``: each warp reserves its listed keys' slots with one atomic per step (a
+      shuffle scan of the threads' counts) instead of one per key.
+
+    The two ``warp_`` options are written per thread, which TileLang's CPU target cannot build.
+    None of the four is measured yet."""
+    plain = {"threads": THREADS, "vector": VECTOR, "blocked_scan": False, "compact": False, "blocks_per_sm": 0,
+             "candidates": CANDIDATES, "warp_scan": False, "warp_append": False}
+    compact_512 = {**plain, "compact": True, "blocks_per_sm": 3}
+    compact_256 = {**plain, "threads": THREADS // 2, "compact": True, "blocks_per_sm": 4, "candidates": 6144}
+    warps = {"warp_scan": True, "warp_append": True}
+    return [
+        plain, {**plain, "blocked_scan": True}, {**plain, "warp_append": True}, {**plain, **warps},
+        compact_512, {**compact_512, **warps}, compact_256, {**compact_256, **warps},
+        {**compact_256, "blocks_per_sm": 5, "candidates": 4096},
+        {**plain, "vector": VECTOR // 2}, {**plain, "threads": THREADS * 2, "vector": VECTOR // 2},
+        {**plain, "threads": THREADS * 2},
+    ]
 
 
 def scan_span(bits: int, threads: int) -> int:
@@ -86,7 +95,8 @@ def sample_quota(taken, length, sample: int):
 
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
                   vector: int = VECTOR, blocked_scan: bool = False, compact: bool = False,
-                  blocks_per_sm: int = 0, warp_append: bool = False, candidates: int = CANDIDATES) -> KernelSpec:
+                  blocks_per_sm: int = 0, warp_append: bool = False, candidates: int = CANDIDATES,
+                  warp_scan: bool = False) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -181,12 +191,44 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             T.sync_threads()
 
     @T.macro
+    def warp_suffix_scan(shared, scratch, hist, per):
+        """The same as the scans above with two barriers instead of two per level: thread t sums
+        its ``per`` entries, a shuffle scan adds those of the lanes above it, one scratch entry per
+        warp those of the warps above."""
+        tx = T.get_thread_binding()
+        lane, warp = tx % 32, tx // 32
+        own = T.alloc_var("int32")
+        from_lane = T.alloc_var("int32")  # the sums of this lane and the lanes above it
+        below = T.alloc_var("int32")
+        own = 0
+        for p in T.unroll(per):
+            own = own + shared[hist + tx * per + p]
+        from_lane = own
+        for d in (1, 2, 4, 8, 16):
+            below = T.shfl_down(from_lane, d)
+            if lane + d < 32:
+                from_lane = from_lane + below
+        if lane == 0:
+            shared[scratch + warp] = from_lane
+        T.sync_threads()
+        below = from_lane - own  # then: the entries after this thread's last, summed
+        for w in T.unroll(threads // 32):
+            if w > warp:
+                below = below + shared[scratch + w]
+        for p in T.unroll(per):  # from the thread's last entry down
+            below = below + shared[hist + tx * per + per - 1 - p]
+            shared[hist + tx * per + per - 1 - p] = below
+        T.sync_threads()
+
+    @T.macro
     def count_from_top(shared, hist, bits):
         """shared[hist + d] becomes the counted keys with digit >= d (see launch_variants)."""
         span = scan_span(bits, threads)  # entries past the digit's range are zero
         per = span // threads
         scratch = scratch_of(hist)
-        if per == 1 or not blocked_scan:
+        if warp_scan:
+            warp_suffix_scan(shared, scratch, hist, per)
+        elif per == 1 or not blocked_scan:
             suffix_scan(shared, scratch, hist, span, bits)
         else:
             for t in T.Parallel(threads):
@@ -353,7 +395,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "digit_bits": [bits for _, bits in ROUNDS],
+        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "warp_scan": warp_scan, "digit_bits": [bits for _, bits in ROUNDS],
          "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": candidates},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next
