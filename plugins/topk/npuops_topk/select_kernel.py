@@ -10,7 +10,7 @@ set). Three phases:
 2. One read of the row keeps every key at or above the floor, position and key, in shared memory
    (a few thousand on typical scores; ``CANDIDATES`` fit).
 3. If the list holds at least ``topk`` keys (so the k-th largest is among them) and did not
-   overflow, the selection is finished there: four 8-bit digit rounds, each counting the keys that
+   overflow, the selection is finished there: digit rounds (by default four of 8 bits), each counting the keys that
    agree with the digits found so far into a shared histogram, turning it into counts from the
    top with a parallel scan and picking the digit of the k-th largest key, give the threshold key
    T; keys above T take the next slots, keys equal to T fill the remaining ones (ties: any of them).
@@ -35,8 +35,7 @@ from npuops.kernels import KernelSpec
 # loads, and 64 KB of rows in flight per SM.
 THREADS = 512
 VECTOR = 16  # keys each thread loads per step (four 16-byte loads)
-# Digit rounds over the 32-bit key, top first: (shift, bits).
-ROUNDS = ((24, 8), (16, 8), (8, 8), (0, 8))
+DIGIT_BITS = (8, 8, 8, 8)  # the rounds' digits of the 32-bit key, top first
 SAMPLE_DIGIT = (20, 12)  # fine enough that the floor's bin adds few keys beyond the margin
 BINS = 1 << SAMPLE_DIGIT[1]
 CANDIDATES = 8192  # listed keys (position and key: 64 KB of shared memory, two blocks per SM)
@@ -56,16 +55,20 @@ def launch_variants() -> list[dict]:
     - ``warp_scan``: the same with warp shuffles, two barriers per scan instead of two per level.
     - ``warp_append``: each warp reserves its listed keys' slots with one atomic per step (a
       shuffle scan of the threads' counts) instead of one per key.
+    - ``digit_bits`` (12, 10, 10): three rounds instead of four, the first spreading the listed
+      keys over the sample's 4096 digits (with 8 bits nearly all share one or two top digits, and
+      their counts contend for one shared-memory word).
 
     The two ``warp_`` options are written per thread, which TileLang's CPU target cannot build.
     None of the four is measured yet."""
     plain = {"threads": THREADS, "vector": VECTOR, "blocked_scan": False, "compact": False, "blocks_per_sm": 0,
-             "candidates": CANDIDATES, "warp_scan": False, "warp_append": False}
+             "candidates": CANDIDATES, "warp_scan": False, "warp_append": False, "digit_bits": DIGIT_BITS}
     compact_512 = {**plain, "compact": True, "blocks_per_sm": 3}
     compact_256 = {**plain, "threads": THREADS // 2, "compact": True, "blocks_per_sm": 4, "candidates": 6144}
     warps = {"warp_scan": True, "warp_append": True}
     return [
         plain, {**plain, "blocked_scan": True}, {**plain, "warp_append": True}, {**plain, **warps},
+        {**plain, **warps, "digit_bits": (12, 10, 10)}, {**plain, "blocked_scan": True, "digit_bits": (12, 10, 10)},
         compact_512, {**compact_512, **warps}, compact_256, {**compact_256, **warps},
         {**compact_256, "blocks_per_sm": 5, "candidates": 4096},
         {**plain, "vector": VECTOR // 2}, {**plain, "threads": THREADS * 2, "vector": VECTOR // 2},
@@ -96,7 +99,7 @@ def sample_quota(taken, length, sample: int):
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
                   vector: int = VECTOR, blocked_scan: bool = False, compact: bool = False,
                   blocks_per_sm: int = 0, warp_append: bool = False, candidates: int = CANDIDATES,
-                  warp_scan: bool = False) -> KernelSpec:
+                  warp_scan: bool = False, digit_bits: tuple[int, ...] = DIGIT_BITS) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -107,8 +110,9 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     # them), a few counters. ``compact``: the sample's histogram and scratch (2 x BINS) lie in the
     # list's area, which is only filled once the sample is done, and the rounds' own (one entry per
     # thread each) follow the list: 68 instead of 96 KB for 512 threads, three blocks per SM.
-    round_span = scan_span(ROUNDS[0][1], threads)
-    assert BINS <= candidates and all(bits == ROUNDS[0][1] for _, bits in ROUNDS)  # the layouts below
+    rounds = [(32 - sum(digit_bits[:i + 1]), bits) for i, bits in enumerate(digit_bits)]  # (shift, bits)
+    round_span = scan_span(max(digit_bits), threads)
+    assert sum(digit_bits) == 32 and BINS <= candidates and round_span <= BINS  # the layouts below
     if compact:
         CAND, CAND_KEY = 0, candidates
         SAMPLE_HIST, HIST = 0, 2 * candidates
@@ -361,7 +365,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             kept = listed >= taken and listed <= candidates  # else the exact fallback re-reads the row
             threshold = 0
             need = taken
-            for shift, bits in ROUNDS:
+            for shift, bits in rounds:
                 T.sync_threads()  # the last round's readers are done with the histogram
                 clear(shared, HIST, scan_span(bits, threads))
                 if kept:
@@ -395,7 +399,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "warp_scan": warp_scan, "digit_bits": [bits for _, bits in ROUNDS],
+        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "warp_scan": warp_scan, "digit_bits": list(digit_bits),
          "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": candidates},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next
