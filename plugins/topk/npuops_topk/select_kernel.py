@@ -10,10 +10,11 @@ set). Three phases:
 2. One read of the row keeps every key at or above the floor, position and key, in shared memory
    (a few thousand on typical scores; ``CANDIDATES`` fit).
 3. If the list holds at least ``topk`` keys (so the k-th largest is among them) and did not
-   overflow, the selection is finished there: digit rounds (by default four of 8 bits), each counting the keys that
-   agree with the digits found so far into a shared histogram, turning it into counts from the
-   top with a parallel scan and picking the digit of the k-th largest key, give the threshold key
-   T; keys above T take the next slots, keys equal to T fill the remaining ones (ties: any of them).
+   overflow, the selection is finished there: digit rounds (by default four of 8 bits), each
+   counting the keys that agree with the digits found so far into a shared histogram, turning it
+   into counts from the top with a parallel scan and picking the digit of the k-th largest key,
+   give the threshold key T; keys above T take the next slots, keys equal to T fill the remaining
+   ones (ties: any of them).
 
 Rows of at most ``CANDIDATES`` keys skip the sample (every key is listed). A sample that misjudged
 the row (too few keys listed, or more than the list holds, say thousands of equal scores) sends
