@@ -55,7 +55,8 @@ def launch_variants() -> list[dict]:
       sample's 4096: twelve passes of 8 entries per thread).
     - ``warp_scan``: the same with warp shuffles, two barriers per scan instead of two per level.
     - ``warp_append``: each warp reserves its listed keys' slots with one atomic per step (a
-      shuffle scan of the threads' counts) instead of one per key.
+      shuffle scan of the threads' counts) instead of one per key, and so the selected keys'
+      output slots.
     - ``digit_bits`` (12, 10, 10): three rounds instead of four, the first spreading the listed
       keys over the sample's 4096 digits (with 8 bits nearly all share one or two top digits, and
       their counts contend for one shared-memory word).
@@ -280,6 +281,23 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 Indices[b, s, g, taken - need + tie] = pos
 
     @T.macro
+    def reserve_slots(shared, counter, count, reserved):
+        """Every thread of the block wants ``count`` consecutive slots of shared[counter]; each warp
+        takes its threads' together with one atomic (a shuffle scan of the counts gives each
+        thread its place), and reserved[0] becomes the thread's first slot. Called by every
+        thread alike (the shuffles need the whole warp); reserved[1], [2]: scratch."""
+        lane = T.get_thread_binding() % 32
+        reserved[0] = count  # then: the sum of the counts of this lane and those below it
+        for d in (1, 2, 4, 8, 16):
+            reserved[2] = T.shfl_up(reserved[0], d)
+            if lane >= d:
+                reserved[0] = reserved[0] + reserved[2]
+        reserved[1] = 0
+        if lane == 31:
+            reserved[1] = T.atomic_add(shared[counter], reserved[0], return_prev=True)
+        reserved[0] = T.shfl_sync(reserved[1], 31) + reserved[0] - count
+
+    @T.macro
     def clear(shared, first, count):
         for i in T.Parallel(count):
             shared[first + i] = 0
@@ -301,9 +319,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 tx = T.get_thread_binding()
                 own = T.alloc_local((vector,), "float32")  # this thread's scores of a step
                 kept_own = T.alloc_var("int32")
-                up_to_own = T.alloc_var("int32")
-                warp_base = T.alloc_var("int32")
-                slot = T.alloc_var("int32")
+                reserved = T.alloc_local((3,), "int32")  # see reserve_slots
             listed = T.alloc_var("int32")
             threshold = T.alloc_var("uint32")  # the digits of the k-th largest key found so far
             need = T.alloc_var("int32")  # keys still to take among those matching them
@@ -335,22 +351,14 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                     for e in T.unroll(vector):
                         if listable(step * STEP + ((e // 4) * threads + tx) * 4 + e % 4, own[e], start, end, floor):
                             kept_own = kept_own + 1
-                    up_to_own = kept_own  # the warp's inclusive prefix sum of kept_own
-                    for d in (1, 2, 4, 8, 16):
-                        below = T.shfl_up(up_to_own, d)
-                        if tx % 32 >= d:
-                            up_to_own = up_to_own + below
-                    warp_base = 0
-                    if tx % 32 == 31:  # one atomic per warp and step reserves the warp's slots
-                        warp_base = T.atomic_add(shared[COUNT], up_to_own, return_prev=True)
-                    slot = T.shfl_sync(warp_base, 31) + up_to_own - kept_own
+                    reserve_slots(shared, COUNT, kept_own, reserved)
                     for e in T.unroll(vector):
                         pos = step * STEP + ((e // 4) * threads + tx) * 4 + e % 4
                         if listable(pos, own[e], start, end, floor):
-                            if slot < candidates:
-                                shared[CAND + slot] = pos
-                                shared[CAND_KEY + slot] = T.reinterpret(own[e], "int32")
-                            slot = slot + 1
+                            if reserved[0] < candidates:
+                                shared[CAND + reserved[0]] = pos
+                                shared[CAND_KEY + reserved[0]] = T.reinterpret(own[e], "int32")
+                            reserved[0] = reserved[0] + 1
             else:
                 for step in row_steps(start, end):
                     load_step(vals, Scores, b, s, g, step)
@@ -376,7 +384,16 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 choose_digit(shared, HIST, need, bits)
                 threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
                 need = need - above_chosen(shared, bits)
-            if kept:
+            if warp_append and kept:
+                for step in T.serial(T.ceildiv(listed, threads)):
+                    c = T.min(step * threads + tx, candidates - 1)
+                    above = (step * threads + tx < listed) & (candidate_key(shared, c) > threshold)
+                    reserve_slots(shared, ABOVE, T.Cast("int32", above), reserved)
+                    if above:
+                        Indices[b, s, g, reserved[0]] = shared[CAND + c]
+                    elif step * threads + tx < listed:  # ties (few): one atomic each
+                        pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c), threshold, need, taken)
+            elif kept:
                 for step in T.serial(T.ceildiv(listed, threads)):
                     for i in T.Parallel(threads):
                         c = T.min(step * threads + i, candidates - 1)
