@@ -1,6 +1,7 @@
 """The TileLang pooling kernels of this plugin, chosen by :func:`pool_kernel` (``kernel`` in a
 launch config): ``"rows"`` for sliding windows, ``"window"`` for adaptive windows (and as a tuning
-fallback), ``"planes"`` for windows that are the whole input (global pooling).
+fallback), ``"planes"`` for windows that are the whole input (global pooling), ``"strips"`` (a
+launch variant, not yet measured) for windows that tile the input.
 
 Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
 input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1). Max propagates NaN
@@ -134,6 +135,8 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
     if kernel == "rows":
         tile = (rows, cols) if rows and cols else default_tile(spec, dtype)
         return rows_kernel(spec, input_shape, dtype, threads or BLOCK, *tile)
+    if kernel == "strips":
+        return strips_kernel(spec, input_shape, dtype, threads or BLOCK)
     return window_kernel(spec, input_shape, dtype, threads or BLOCK)
 
 
@@ -151,7 +154,9 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
                                  default_tile(spec, dtype, OUTPUTS_PER_BLOCK * 4)) if t and t != tile)]
     rows = [{"kernel": "rows", "threads": t, "rows": r, "cols": c}
             for (r, c) in dict.fromkeys(tiles) for t in (BLOCK, BLOCK // 2)]
-    return rows + window[:1] if prefers_rows(spec) else window[:1] + rows
+    # Not measured yet: tried after the measured default.
+    strips = [{"kernel": "strips", "threads": t} for t in (BLOCK, BLOCK // 2)] if strip_width(spec, dtype) else []
+    return [*rows, *strips, *window[:1]] if prefers_rows(spec) else [*window[:1], *rows, *strips]
 
 
 def prefers_rows(spec: Pooling) -> bool:
@@ -296,6 +301,72 @@ def rows_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
         (("output", (*input_shape[:2], *spec.spatial_out)),),
         {"kernel": "rows", "threads": block, "rows": rows, "cols": cols, "staged_bytes": s.bytes(dtype),
          "vector": s.vector},
+    )
+
+
+def strip_width(spec: Pooling, dtype: torch.dtype) -> int | None:
+    """Outputs per thread of the "strips" kernel (None: it does not take ``spec``): windows that
+    tile the input (stride = kernel, no dilation or padding, none past the input) whose ``width``
+    outputs read one 16-byte-aligned vector per window row."""
+    kernel, stride, padding, dilation = _sliding(spec)
+    if spec.adaptive or covers_whole_input(spec) or kernel != stride or any(padding) or any(d != 1 for d in dilation):
+        return None
+    if any(o * k > n for o, k, n in zip(_as_3d(spec.spatial_out, 1), kernel, _as_3d(spec.spatial_in, 1), strict=True)):
+        return None
+    width = VECTOR_BYTES // dtype.itemsize // kernel[2]
+    W, oW = spec.spatial_in[-1], spec.spatial_out[-1]
+    ok = width >= 2 and width * kernel[2] * dtype.itemsize == VECTOR_BYTES and oW % width == 0 and W % (width * kernel[2]) == 0
+    return width if ok else None
+
+
+def strips_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int) -> KernelSpec:
+    """Windows that tile the input (see :func:`strip_width`): a thread per strip of ``width``
+    adjacent outputs loads, for each window row, the one 16-byte vector those windows cover into
+    registers and reduces them there: every input byte read once, in full vectors, with no shared
+    memory or barrier (the "rows" kernel's staging costs a barrier and a second pass)."""
+    import tilelang.language as T
+
+    dt = tilelang_dtype(dtype)
+    planes = math.prod(input_shape[:2])
+    D, H, W = _as_3d(spec.spatial_in, 1)
+    oD, oH, oW = _as_3d(spec.spatial_out, 1)
+    (kD, kH, kW), *_ = _sliding(spec)
+    width = strip_width(spec, dtype)
+    strips = oW // width
+    total = planes * oD * oH * strips
+    window_rows = kD * kH
+
+    def strip_of(n):
+        """(plane, od, oh, first ow) of strip n."""
+        return n // (strips * oH * oD), (n // (strips * oH)) % oD, (n // strips) % oH, n % strips * width
+
+    @T.prim_func
+    def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
+        with T.Kernel(T.ceildiv(total, block), threads=block) as bx:
+            # Thread t holds taps[:, t, :] in both loops below.
+            taps = T.alloc_fragment((window_rows, block, width, kW), dt)
+            acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
+            for r in T.unroll(window_rows):
+                for t, c, k in T.Parallel(block, width, kW):
+                    plane, od, oh, ow = strip_of(T.min(bx * block + t, total - 1))
+                    taps[r, t, c, k] = X[plane, od * kD + r // kH, oh * kH + r % kH, (ow + c) * kW + k]
+            for t, c in T.Parallel(block, width):
+                if bx * block + t < total:
+                    plane, od, oh, ow = strip_of(bx * block + t)
+                    acc = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+                    for r, k in T.grid(window_rows, kW):
+                        v = T.Cast(F32, taps[r, t, c, k])
+                        acc = _accumulate(spec, acc, v)
+                    starts = (od * kD, oh * kH, (ow + c) * kW)
+                    Y[plane, od, oh, ow + c] = T.Cast(dt, _result(spec, acc, starts, (D, H, W), (kD, kH, kW),
+                                                                  (D, H, W), (0, 0, 0)))
+
+    return KernelSpec(
+        main,
+        (("input", (planes, D, H, W)), ("output", (planes, oD, oH, oW))),
+        {"output": dtype},
+        (("output", (*input_shape[:2], *spec.spatial_out)),),
+        {"kernel": "strips", "threads": block, "width": width},
     )
 
 

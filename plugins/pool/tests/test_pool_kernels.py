@@ -123,6 +123,22 @@ def test_each_window_kind_takes_its_kernel():
     assert (long["kernel"], long["rows"], long["cols"], long["vector"]) == ("rows", 1, 1000, 4)
 
 
+def test_strips_are_offered_for_windows_that_tile_the_input_only():
+    from npuops_pool.pool_kernel import strip_width
+
+    def width(shape, dtype="bf16", **params):
+        op = REGISTRY.op("MaxPool2dFwd")
+        w = make_workload("MaxPool2dFwd", shape, dtype, **params)
+        return strip_width(op.pooling(w), w.dtype_of("input"))
+
+    assert width((1, 2, 56, 56), kernel_size=2, stride=2) == 4  # 2 x 4 bf16 taps: one 16-byte vector
+    assert width((1, 2, 56, 56), "f32", kernel_size=2, stride=2) == 2
+    assert width((1, 2, 56, 56), kernel_size=3, stride=2) is None  # overlapping
+    assert width((1, 2, 56, 56), kernel_size=2, stride=2, padding=1) is None
+    assert width((1, 2, 55, 55), kernel_size=2, stride=2, ceil_mode=True) is None  # a window past the input
+    assert width((1, 2, 56, 52), kernel_size=2, stride=2) is None  # 26 outputs: no whole strips of 4
+
+
 # Tiles smaller than the output, in bands and column tiles the last of which is partial.
 SMALL_TILES = [{"kernel": "rows", "threads": 32, "rows": 2, "cols": 3}, {"kernel": "rows", "threads": 64, "rows": 1, "cols": 4}]
 
@@ -133,6 +149,9 @@ SMALL_TILES = [{"kernel": "rows", "threads": 32, "rows": 2, "cols": 3}, {"kernel
     ("MaxPool2dFwd", (1, 2, 6, 40), dict(kernel_size=3, stride=2, padding=1, dilation=[1, 2])),  # vectors of 4
     ("AvgPool1dFwd", (1, 2, 64), dict(kernel_size=5, stride=4, padding=2)),
     ("AdaptiveAvgPool2dFwd", (2, 70, 7, 7), dict(output_size=[1, 1])),
+    # Windows that tile the input (strips variants): a last input row no window covers, 3-d.
+    ("MaxPool2dFwd", (1, 3, 9, 16), dict(kernel_size=2, stride=2)),
+    ("AvgPool3dFwd", (1, 2, 4, 6, 8), dict(kernel_size=2, stride=2, divisor_override=3)),
 ])
 def test_every_launch_variant_matches_the_reference_on_the_cpu_target(op_name, shape, params):
     from npuops.kernels import CPU_TARGET
