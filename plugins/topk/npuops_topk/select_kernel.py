@@ -22,8 +22,9 @@ the row to the exact fallback: the same rounds and the pick re-read the row. The
 leaves get -1. Exact for every range length (including 0) and every score distribution; only the
 speed depends on the sample.
 
-Written with tile-level operators only (no thread indices), so it also builds for TileLang's CPU
-target, where the tests check it against the reference without a GPU. TileLang is imported when a
+Written with tile-level operators, except two options (see :func:`launch_variants`) that use warp
+shuffles: their twins without them (:func:`tile_level`) build for TileLang's CPU target, where the
+tests check the logic against the reference without a GPU. TileLang is imported when a
 kernel is built. (No ``from __future__ import annotations``: TileLang evaluates the tensor
 annotations, which must see the shapes.)
 """
@@ -31,25 +32,28 @@ annotations, which must see the shapes.)
 import torch
 from npuops.kernels import KernelSpec
 
-# Default launch, the fastest measured on the H200 (4.0 / 4.5 ms against 5.7 / 6.2 ms for 1024 x 8):
-# two blocks per SM (shared memory allows two), so one block's selection rounds overlap the other's
-# loads, and 64 KB of rows in flight per SM.
-THREADS = 512
+THREADS = 256
 VECTOR = 16  # keys each thread loads per step (four 16-byte loads)
 DIGIT_BITS = (8, 8, 8, 8)  # the rounds' digits of the 32-bit key, top first
 SAMPLE_DIGIT = (20, 12)  # fine enough that the floor's bin adds few keys beyond the margin
 BINS = 1 << SAMPLE_DIGIT[1]
-CANDIDATES = 8192  # listed keys (position and key: 64 KB of shared memory, two blocks per SM)
+CANDIDATES = 6144  # listed keys at most (position and key: 48 KB of shared memory)
 SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over the row
+# The default launch, the fastest measured on the H200 (h200-topk-s4, 2.51 / 2.76 ms; the previous
+# default, 512 threads with the tile-level scan and appends, 4.00 / 4.51): 256 threads, the compact
+# layout and the compiler held to four blocks per SM, so that three other blocks' loads overlap one
+# block's selection rounds; warp shuffles for the scans and the slot reservations.
+DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocked_scan": False, "compact": True, "blocks_per_sm": 4,
+           "candidates": CANDIDATES, "warp_scan": True, "warp_append": True, "digit_bits": DIGIT_BITS}
 
 
 def launch_variants() -> list[dict]:
     """The launch configurations ``npuops run --tune`` chooses among, the default first: threads,
     keys per thread and step, the shared-memory layout and how the block cooperates.
 
-    - ``compact``: see :func:`select_kernel`; with ``blocks_per_sm`` 3 the compiler keeps 512
-      threads within the registers of three blocks per SM (48 registers a thread allow two); 256
-      threads with a shorter list fit four or five.
+    - ``compact``: see :func:`select_kernel`; ``blocks_per_sm`` holds the compiler to the registers
+      of that many blocks per SM (four of 256 threads fit in 228 KB with a 6144-key list, five
+      with 4096 keys; the 128-thread one fits six).
     - ``blocked_scan``: histograms wider than the block are counted from the top by each thread
       summing its own digits and one scan over the threads, instead of a scan over every entry (the
       sample's 4096: twelve passes of 8 entries per thread).
@@ -58,24 +62,27 @@ def launch_variants() -> list[dict]:
       shuffle scan of the threads' counts) instead of one per key, and so the selected keys'
       output slots.
     - ``digit_bits`` (12, 10, 10): three rounds instead of four, the first spreading the listed
-      keys over the sample's 4096 digits (with 8 bits nearly all share one or two top digits, and
-      their counts contend for one shared-memory word).
+      keys over the sample's 4096 digits (with 8 bits nearly all share one or two top digits).
 
-    The two ``warp_`` options are written per thread, which TileLang's CPU target cannot build.
-    None of the four is measured yet."""
-    plain = {"threads": THREADS, "vector": VECTOR, "blocked_scan": False, "compact": False, "blocks_per_sm": 0,
-             "candidates": CANDIDATES, "warp_scan": False, "warp_append": False, "digit_bits": DIGIT_BITS}
-    compact_512 = {**plain, "compact": True, "blocks_per_sm": 3}
-    compact_256 = {**plain, "threads": THREADS // 2, "compact": True, "blocks_per_sm": 4, "candidates": 6144}
-    warps = {"warp_scan": True, "warp_append": True}
+    The two ``warp_`` options are written per thread, which TileLang's CPU target cannot build;
+    :func:`tile_level` gives a configuration's twin without them. Measured on the H200
+    (h200-topk-s4, topk 1024 / 2048, ms): the default 2.51 / 2.76; without the warp options 3.39 /
+    3.85; 512 threads (two blocks per SM) 4.00 / 4.51, with the blocked scan 3.51 / 3.99, with both
+    warp options and (12, 10, 10) digits 3.03 / 3.26. Dropped after that run: 1024 threads (5.6 /
+    6.1), the compact 512-thread layout (3.63 / 4.09; with the warp options it spilled, 4.93)."""
+    plain_512 = {**DEFAULT, "threads": 512, "compact": False, "blocks_per_sm": 0, "candidates": 8192,
+                 "warp_scan": False, "warp_append": False}
     return [
-        plain, {**plain, "blocked_scan": True}, {**plain, "warp_append": True}, {**plain, **warps},
-        {**plain, **warps, "digit_bits": (12, 10, 10)}, {**plain, "blocked_scan": True, "digit_bits": (12, 10, 10)},
-        compact_512, {**compact_512, **warps}, compact_256, {**compact_256, **warps},
-        {**compact_256, "blocks_per_sm": 5, "candidates": 4096},
-        {**plain, "vector": VECTOR // 2}, {**plain, "threads": THREADS * 2, "vector": VECTOR // 2},
-        {**plain, "threads": THREADS * 2},
+        DEFAULT, {**DEFAULT, "blocks_per_sm": 5, "candidates": 4096},
+        {**DEFAULT, "threads": 128, "blocks_per_sm": 6, "candidates": 4096},
+        tile_level(DEFAULT), plain_512, {**plain_512, "blocked_scan": True},
+        {**plain_512, "warp_scan": True, "warp_append": True, "digit_bits": (12, 10, 10)},
     ]
+
+
+def tile_level(config: dict) -> dict:
+    """``config`` without its per-thread options (same sample, list and layout)."""
+    return {**config, "warp_scan": False, "warp_append": False}
 
 
 def scan_span(bits: int, threads: int) -> int:
@@ -99,9 +106,9 @@ def sample_quota(taken, length, sample: int):
 
 
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
-                  vector: int = VECTOR, blocked_scan: bool = False, compact: bool = False,
-                  blocks_per_sm: int = 0, warp_append: bool = False, candidates: int = CANDIDATES,
-                  warp_scan: bool = False, digit_bits: tuple[int, ...] = DIGIT_BITS) -> KernelSpec:
+                  vector: int = VECTOR, blocked_scan: bool = False, compact: bool = True,
+                  blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = True, candidates: int = CANDIDATES,
+                  warp_scan: bool = True, digit_bits: tuple[int, ...] = DIGIT_BITS) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -111,7 +118,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     # the top with its scan scratch, listed positions and their keys (so the rounds never re-read
     # them), a few counters. ``compact``: the sample's histogram and scratch (2 x BINS) lie in the
     # list's area, which is only filled once the sample is done, and the rounds' own (one entry per
-    # thread each) follow the list: 68 instead of 96 KB for 512 threads, three blocks per SM.
+    # thread each) follow the list: 50 instead of 80 KB with the default list.
     rounds = [(32 - sum(digit_bits[:i + 1]), bits) for i, bits in enumerate(digit_bits)]  # (shift, bits)
     round_span = scan_span(max(digit_bits), threads)
     assert sum(digit_bits) == 32 and BINS <= candidates and round_span <= BINS  # the layouts below
