@@ -44,7 +44,7 @@ SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over 
 # layout and the compiler held to four blocks per SM, so that three other blocks' loads overlap one
 # block's selection rounds; warp shuffles for the scans and the slot reservations.
 DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocked_scan": False, "compact": True, "blocks_per_sm": 4,
-           "candidates": CANDIDATES, "warp_scan": True, "warp_append": True, "digit_bits": DIGIT_BITS}
+           "candidates": CANDIDATES, "warp_scan": True, "warp_append": True, "digit_bits": DIGIT_BITS, "prefetch": False}
 
 
 def launch_variants() -> list[dict]:
@@ -63,8 +63,12 @@ def launch_variants() -> list[dict]:
       output slots.
     - ``digit_bits`` (12, 10, 10): three rounds instead of four, the first spreading the listed
       keys over the sample's 4096 digits (with 8 bits nearly all share one or two top digits).
+    - ``prefetch`` (with ``warp_append``): each thread's loads of the next step go out before it
+      lists this one's keys, so a block's reads wait for one step's latency per row instead of one
+      per step. Twice the registers for the scores: with 16 keys a thread, three blocks per SM fit
+      without spills; with 8, five.
 
-    The two ``warp_`` options are written per thread, which TileLang's CPU target cannot build;
+    The ``warp_`` options and ``prefetch`` are written per thread, which TileLang's CPU target cannot build;
     :func:`tile_level` gives a configuration's twin without them. Measured on the H200
     (h200-topk-s4, topk 1024 / 2048, ms): the default 2.51 / 2.76; without the warp options 3.39 /
     3.85; 512 threads (two blocks per SM) 4.00 / 4.51, with the blocked scan 3.51 / 3.99, with both
@@ -72,17 +76,17 @@ def launch_variants() -> list[dict]:
     6.1), the compact 512-thread layout (3.63 / 4.09; with the warp options it spilled, 4.93)."""
     plain_512 = {**DEFAULT, "threads": 512, "compact": False, "blocks_per_sm": 0, "candidates": 8192,
                  "warp_scan": False, "warp_append": False}
+    five_blocks = {**DEFAULT, "blocks_per_sm": 5, "candidates": 4096}
     return [
-        DEFAULT, {**DEFAULT, "blocks_per_sm": 5, "candidates": 4096},
-        {**DEFAULT, "threads": 128, "blocks_per_sm": 6, "candidates": 4096},
-        tile_level(DEFAULT), plain_512, {**plain_512, "blocked_scan": True},
-        {**plain_512, "warp_scan": True, "warp_append": True, "digit_bits": (12, 10, 10)},
+        DEFAULT, five_blocks, {**five_blocks, "vector": 8, "prefetch": True}, {**DEFAULT, "vector": 8, "prefetch": True},
+        {**DEFAULT, "prefetch": True}, {**DEFAULT, "prefetch": True, "blocks_per_sm": 3},
+        tile_level(DEFAULT), plain_512,
     ]
 
 
 def tile_level(config: dict) -> dict:
     """``config`` without its per-thread options (same sample, list and layout)."""
-    return {**config, "warp_scan": False, "warp_append": False}
+    return {**config, "warp_scan": False, "warp_append": False, "prefetch": False}
 
 
 def scan_span(bits: int, threads: int) -> int:
@@ -108,7 +112,7 @@ def sample_quota(taken, length, sample: int):
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
                   vector: int = VECTOR, blocked_scan: bool = False, compact: bool = True,
                   blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = True, candidates: int = CANDIDATES,
-                  warp_scan: bool = True, digit_bits: tuple[int, ...] = DIGIT_BITS) -> KernelSpec:
+                  warp_scan: bool = True, digit_bits: tuple[int, ...] = DIGIT_BITS, prefetch: bool = False) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -122,6 +126,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     rounds = [(32 - sum(digit_bits[:i + 1]), bits) for i, bits in enumerate(digit_bits)]  # (shift, bits)
     round_span = scan_span(max(digit_bits), threads)
     assert sum(digit_bits) == 32 and BINS <= candidates and round_span <= BINS  # the layouts below
+    assert warp_append or not prefetch  # the prefetch is the per-thread read's
     if compact:
         CAND, CAND_KEY = 0, candidates
         SAMPLE_HIST, HIST = 0, 2 * candidates
@@ -159,6 +164,14 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         for i in T.Parallel(STEP):
             pos = step * STEP + i
             vals[i] = Scores[b, s, clamped(pos), g]
+
+    @T.macro
+    def load_own(own, Scores, b, s, g, step, tx):
+        """Thread tx's scores of a step: positions step * STEP + (j * threads + tx) * 4 + v for j <
+        vector / 4, v < 4 (16-byte loads)."""
+        for j in T.unroll(vector // 4):
+            for v in T.vectorized(4):
+                own[j * 4 + v] = Scores[b, s, clamped(step * STEP + (j * threads + tx) * 4 + v), g]
 
     def row_steps(start, end):
         """The steps covering [start, end)."""
@@ -325,6 +338,8 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             if warp_append:
                 tx = T.get_thread_binding()
                 own = T.alloc_local((vector,), "float32")  # this thread's scores of a step
+                if prefetch:
+                    ahead = T.alloc_local((vector,), "float32")  # the next step's, loading meanwhile
                 kept_own = T.alloc_var("int32")
                 reserved = T.alloc_local((3,), "int32")  # see reserve_slots
             listed = T.alloc_var("int32")
@@ -349,11 +364,16 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 choose_digit(shared, SAMPLE_HIST, sample_quota(taken, length, STEP), bits)
                 floor = T.Cast("uint32", shared[CHOSEN]) << shift
             if warp_append:
+                if prefetch and start // STEP < T.ceildiv(end, STEP):
+                    load_own(ahead, Scores, b, s, g, start // STEP, tx)
                 for step in row_steps(start, end):
-                    # Thread tx holds positions step * STEP + (j * threads + tx) * 4 + v (16-byte loads).
-                    for j in T.unroll(vector // 4):
-                        for v in T.vectorized(4):
-                            own[j * 4 + v] = Scores[b, s, clamped(step * STEP + (j * threads + tx) * 4 + v), g]
+                    if prefetch:  # this step's scores came with the last; the next one's go out now
+                        for e in T.unroll(vector):
+                            own[e] = ahead[e]
+                        if step + 1 < T.ceildiv(end, STEP):
+                            load_own(ahead, Scores, b, s, g, step + 1, tx)
+                    else:
+                        load_own(own, Scores, b, s, g, step, tx)
                     kept_own = 0
                     for e in T.unroll(vector):
                         if listable(step * STEP + ((e // 4) * threads + tx) * 4 + e % 4, own[e], start, end, floor):
@@ -424,7 +444,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "warp_scan": warp_scan, "digit_bits": list(digit_bits),
+        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "warp_scan": warp_scan, "digit_bits": list(digit_bits), "prefetch": prefetch,
          "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": candidates},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next
