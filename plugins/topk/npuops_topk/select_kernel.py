@@ -14,7 +14,8 @@ set). Three phases:
    counting the keys that agree with the digits found so far into a shared histogram, turning it
    into counts from the top with a parallel scan and picking the digit of the k-th largest key,
    give the threshold key T; keys above T take the next slots, keys equal to T fill the remaining
-   ones (ties: any of them).
+   ones (ties: any of them). Once every key with the digits found so far is needed (after the
+   third round, for most rows), the key just below them is T and the rounds stop there.
 
 Rows of at most ``CANDIDATES`` keys skip the sample (every key is listed). A sample that misjudged
 the row (too few keys listed, or more than the list holds, say thousands of equal scores) sends
@@ -44,7 +45,8 @@ SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over 
 # layout and the compiler held to four blocks per SM, so that three other blocks' loads overlap one
 # block's selection rounds; warp shuffles for the scans and the slot reservations.
 DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocked_scan": False, "compact": True, "blocks_per_sm": 4,
-           "candidates": CANDIDATES, "warp_scan": True, "warp_append": True, "digit_bits": DIGIT_BITS, "prefetch": False}
+           "candidates": CANDIDATES, "warp_scan": True, "warp_append": True, "digit_bits": DIGIT_BITS, "prefetch": False,
+           "warp_count": False}
 
 
 def launch_variants() -> list[dict]:
@@ -63,6 +65,9 @@ def launch_variants() -> list[dict]:
       output slots.
     - ``digit_bits`` (12, 10, 10): three rounds instead of four, the first spreading the listed
       keys over the sample's 4096 digits (with 8 bits nearly all share one or two top digits).
+    - ``warp_count``: the rounds' histograms counted with one atomic per warp and digit (lanes
+      grouped by ``__match_any_sync``): in the first round nearly every listed key has one of two
+      digits, so one shared-memory word took thousands of atomics.
     - ``prefetch`` (with ``warp_append``): each thread's loads of the next step go out before it
       lists this one's keys, so a block's reads wait for one step's latency per row instead of one
       per step. Twice the registers for the scores: with 16 keys a thread, three blocks per SM fit
@@ -78,15 +83,14 @@ def launch_variants() -> list[dict]:
                  "warp_scan": False, "warp_append": False}
     five_blocks = {**DEFAULT, "blocks_per_sm": 5, "candidates": 4096}
     return [
-        DEFAULT, five_blocks, {**five_blocks, "vector": 8, "prefetch": True}, {**DEFAULT, "vector": 8, "prefetch": True},
-        {**DEFAULT, "prefetch": True}, {**DEFAULT, "prefetch": True, "blocks_per_sm": 3},
-        tile_level(DEFAULT), plain_512,
+        DEFAULT, five_blocks, {**five_blocks, "warp_count": True}, {**DEFAULT, "warp_count": True},
+        {**five_blocks, "vector": 8, "prefetch": True}, tile_level(DEFAULT), plain_512,
     ]
 
 
 def tile_level(config: dict) -> dict:
     """``config`` without its per-thread options (same sample, list and layout)."""
-    return {**config, "warp_scan": False, "warp_append": False, "prefetch": False}
+    return {**config, "warp_scan": False, "warp_append": False, "prefetch": False, "warp_count": False}
 
 
 def scan_span(bits: int, threads: int) -> int:
@@ -112,7 +116,8 @@ def sample_quota(taken, length, sample: int):
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
                   vector: int = VECTOR, blocked_scan: bool = False, compact: bool = True,
                   blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = True, candidates: int = CANDIDATES,
-                  warp_scan: bool = True, digit_bits: tuple[int, ...] = DIGIT_BITS, prefetch: bool = False) -> KernelSpec:
+                  warp_scan: bool = True, digit_bits: tuple[int, ...] = DIGIT_BITS, prefetch: bool = False,
+                  warp_count: bool = False) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -196,6 +201,22 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 c = T.min(step * threads + i, candidates - 1)
                 if step * threads + i < listed and matches(candidate_key(shared, c), threshold, shift, bits):
                     T.atomic_add(shared[HIST + digit(candidate_key(shared, c), shift, bits)], 1)
+
+    @T.macro
+    def count_candidates_by_warp(shared, listed, threshold, shift, bits, peers):
+        """count_candidates with one atomic per warp and digit: the lanes holding a digit (most
+        share one or two in the first rounds) are found by __match_any_sync, and the lowest adds
+        their number. peers[0]: the thread's digit (-1: none); peers[1]: the lanes sharing it."""
+        tx = T.get_thread_binding()
+        for step in T.serial(T.ceildiv(listed, threads)):
+            c = T.min(step * threads + tx, candidates - 1)
+            counted = step * threads + tx < listed
+            if shift + bits < 32:
+                counted = counted & matches(candidate_key(shared, c), threshold, shift, bits)
+            peers[0] = T.if_then_else(counted, digit(candidate_key(shared, c), shift, bits), -1)
+            peers[1] = T.Cast("int32", T.match_any_sync(peers[0]))
+            if peers[0] >= 0 and tx % 32 == T.__ffs(peers[1]) - 1:
+                T.atomic_add(shared[HIST + peers[0]], T.call_extern("int32", "__popc", peers[1]))
 
     def scratch_of(hist):
         """The scan scratch that follows a histogram (the sample's or the rounds')."""
@@ -345,6 +366,9 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             listed = T.alloc_var("int32")
             threshold = T.alloc_var("uint32")  # the digits of the k-th largest key found so far
             need = T.alloc_var("int32")  # keys still to take among those matching them
+            finished = T.alloc_var("int32")  # 1: the threshold is final before the last round
+            if warp_count:
+                peers = T.alloc_local((2,), "int32")  # see count_candidates_by_warp
             b = r // (seq_len * kv_group)
             s = (r // kv_group) % seq_len
             g = r % kv_group
@@ -401,16 +425,27 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             kept = listed >= taken and listed <= candidates  # else the exact fallback re-reads the row
             threshold = 0
             need = taken
+            finished = 0
             for shift, bits in rounds:
-                T.sync_threads()  # the last round's readers are done with the histogram
-                clear(shared, HIST, scan_span(bits, threads))
-                if kept:
-                    count_candidates(shared, listed, threshold, shift, bits)
-                else:
-                    count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift, bits)
-                choose_digit(shared, HIST, need, bits)
-                threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
-                need = need - above_chosen(shared, bits)
+                if finished == 0:
+                    T.sync_threads()  # the last round's readers are done with the histogram
+                    clear(shared, HIST, scan_span(bits, threads))
+                    if warp_count and kept:
+                        count_candidates_by_warp(shared, listed, threshold, shift, bits, peers)
+                    elif kept:
+                        count_candidates(shared, listed, threshold, shift, bits)
+                    else:
+                        count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift, bits)
+                    choose_digit(shared, HIST, need, bits)
+                    threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
+                    # Every key with the digits found so far is taken (usually so after the third
+                    # round): the threshold becomes the key just below them, no rounds more.
+                    if shift > 0 and need == shared[HIST + shared[CHOSEN]] and threshold > T.uint32(0):
+                        threshold = threshold - T.uint32(1)
+                        need = 0
+                        finished = 1
+                    else:
+                        need = need - above_chosen(shared, bits)
             if warp_append and kept:
                 for step in T.serial(T.ceildiv(listed, threads)):
                     c = T.min(step * threads + tx, candidates - 1)
@@ -444,7 +479,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "warp_scan": warp_scan, "digit_bits": list(digit_bits), "prefetch": prefetch,
+        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "warp_scan": warp_scan, "digit_bits": list(digit_bits), "prefetch": prefetch, "warp_count": warp_count,
          "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": candidates},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next
