@@ -38,15 +38,15 @@ VECTOR = 16  # keys each thread loads per step (four 16-byte loads)
 DIGIT_BITS = (8, 8, 8, 8)  # the rounds' digits of the 32-bit key, top first
 SAMPLE_DIGIT = (20, 12)  # fine enough that the floor's bin adds few keys beyond the margin
 BINS = 1 << SAMPLE_DIGIT[1]
-CANDIDATES = 6144  # listed keys at most (position and key: 48 KB of shared memory)
+CANDIDATES = 4096  # listed keys at most (position and key: 32 KB of shared memory)
 SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over the row
 # The default launch, the fastest measured on the H200 (h200-topk-s4, 2.51 / 2.76 ms; the previous
 # default, 512 threads with the tile-level scan and appends, 4.00 / 4.51): 256 threads, the compact
 # layout and the compiler held to four blocks per SM, so that three other blocks' loads overlap one
 # block's selection rounds; warp shuffles for the scans and the slot reservations.
-DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocked_scan": False, "compact": True, "blocks_per_sm": 4,
+DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocked_scan": False, "compact": True, "blocks_per_sm": 5,
            "candidates": CANDIDATES, "warp_scan": True, "warp_append": True, "digit_bits": DIGIT_BITS, "prefetch": False,
-           "warp_count": False}
+           "warp_count": False, "marks": False}
 
 
 def launch_variants() -> list[dict]:
@@ -79,18 +79,12 @@ def launch_variants() -> list[dict]:
     3.85; 512 threads (two blocks per SM) 4.00 / 4.51, with the blocked scan 3.51 / 3.99, with both
     warp options and (12, 10, 10) digits 3.03 / 3.26. Dropped after that run: 1024 threads (5.6 /
     6.1), the compact 512-thread layout (3.63 / 4.09; with the warp options it spilled, 4.93)."""
-    plain_512 = {**DEFAULT, "threads": 512, "compact": False, "blocks_per_sm": 0, "candidates": 8192,
-                 "warp_scan": False, "warp_append": False}
-    five_blocks = {**DEFAULT, "blocks_per_sm": 5, "candidates": 4096}
-    return [
-        DEFAULT, five_blocks, {**five_blocks, "warp_count": True}, {**DEFAULT, "warp_count": True},
-        {**five_blocks, "vector": 8, "prefetch": True}, tile_level(DEFAULT), plain_512,
-    ]
+    return [DEFAULT, {**DEFAULT, "marks": True}, {**DEFAULT, "marks": True, "blocks_per_sm": 4, "candidates": 6144}]
 
 
 def tile_level(config: dict) -> dict:
     """``config`` without its per-thread options (same sample, list and layout)."""
-    return {**config, "warp_scan": False, "warp_append": False, "prefetch": False, "warp_count": False}
+    return {**config, "warp_scan": False, "warp_append": False, "prefetch": False, "warp_count": False, "marks": False}
 
 
 def scan_span(bits: int, threads: int) -> int:
@@ -117,7 +111,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                   vector: int = VECTOR, blocked_scan: bool = False, compact: bool = True,
                   blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = True, candidates: int = CANDIDATES,
                   warp_scan: bool = True, digit_bits: tuple[int, ...] = DIGIT_BITS, prefetch: bool = False,
-                  warp_count: bool = False) -> KernelSpec:
+                  warp_count: bool = False, marks: bool = False) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -177,6 +171,24 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         for j in T.unroll(vector // 4):
             for v in T.vectorized(4):
                 own[j * 4 + v] = Scores[b, s, clamped(step * STEP + (j * threads + tx) * 4 + v), g]
+
+    def own_position(step, tx, e):
+        """The position of thread tx's e-th score of a step (see load_own)."""
+        return step * STEP + ((e // 4) * threads + tx) * 4 + e % 4
+
+    def listed_here(marked, e, pos, score, start, end, floor):
+        return ((marked[0] >> e) & 1) == 1 if marks else listable(pos, score, start, end, floor)
+
+    @T.macro
+    def mark_listed(marked, own, step, tx, start, end, floor, bounded):
+        """Bit e of marked[0]: own[e] is listed, computed once for the count and the writes
+        (``bounded``: the step crosses an end of the row; inside it only the floor is compared)."""
+        marked[0] = 0
+        for e in T.unroll(vector):
+            kept = key_of(own[e]) >= floor
+            if bounded:
+                kept = kept & (own_position(step, tx, e) >= start) & (own_position(step, tx, e) < end)
+            marked[0] = marked[0] | T.if_then_else(kept, 1 << e, 0)
 
     def row_steps(start, end):
         """The steps covering [start, end)."""
@@ -361,6 +373,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 own = T.alloc_local((vector,), "float32")  # this thread's scores of a step
                 if prefetch:
                     ahead = T.alloc_local((vector,), "float32")  # the next step's, loading meanwhile
+                marked = T.alloc_local((1,), "int32")  # see mark_listed (``marks``)
                 kept_own = T.alloc_var("int32")
                 reserved = T.alloc_local((3,), "int32")  # see reserve_slots
             listed = T.alloc_var("int32")
@@ -398,14 +411,21 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                             load_own(ahead, Scores, b, s, g, step + 1, tx)
                     else:
                         load_own(own, Scores, b, s, g, step, tx)
-                    kept_own = 0
-                    for e in T.unroll(vector):
-                        if listable(step * STEP + ((e // 4) * threads + tx) * 4 + e % 4, own[e], start, end, floor):
-                            kept_own = kept_own + 1
+                    if marks:
+                        if (step * STEP >= start) & ((step + 1) * STEP <= end):
+                            mark_listed(marked, own, step, tx, start, end, floor, False)
+                        else:
+                            mark_listed(marked, own, step, tx, start, end, floor, True)
+                        kept_own = T.call_extern("int32", "__popc", marked[0])
+                    else:
+                        kept_own = 0
+                        for e in T.unroll(vector):
+                            if listable(own_position(step, tx, e), own[e], start, end, floor):
+                                kept_own = kept_own + 1
                     reserve_slots(shared, COUNT, kept_own, reserved)
                     for e in T.unroll(vector):
-                        pos = step * STEP + ((e // 4) * threads + tx) * 4 + e % 4
-                        if listable(pos, own[e], start, end, floor):
+                        pos = own_position(step, tx, e)
+                        if listed_here(marked, e, pos, own[e], start, end, floor):
                             if reserved[0] < candidates:
                                 shared[CAND + reserved[0]] = pos
                                 shared[CAND_KEY + reserved[0]] = T.reinterpret(own[e], "int32")
@@ -479,7 +499,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "warp_scan": warp_scan, "digit_bits": list(digit_bits), "prefetch": prefetch, "warp_count": warp_count,
+        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "warp_scan": warp_scan, "digit_bits": list(digit_bits), "prefetch": prefetch, "warp_count": warp_count, "marks": marks,
          "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": candidates},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next
