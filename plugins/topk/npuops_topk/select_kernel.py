@@ -40,51 +40,44 @@ SAMPLE_DIGIT = (20, 12)  # fine enough that the floor's bin adds few keys beyond
 BINS = 1 << SAMPLE_DIGIT[1]
 CANDIDATES = 4096  # listed keys at most (position and key: 32 KB of shared memory)
 SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over the row
-# The default launch, the fastest measured on the H200 (h200-topk-s4, 2.51 / 2.76 ms; the previous
-# default, 512 threads with the tile-level scan and appends, 4.00 / 4.51): 256 threads, the compact
-# layout and the compiler held to four blocks per SM, so that three other blocks' loads overlap one
-# block's selection rounds; warp shuffles for the scans and the slot reservations.
-DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocked_scan": False, "compact": True, "blocks_per_sm": 5,
-           "candidates": CANDIDATES, "warp_scan": True, "warp_append": True, "digit_bits": DIGIT_BITS, "prefetch": False,
-           "warp_count": False, "marks": False}
+# The default launch, the fastest measured on the H200 (benchmarks/README.md, fourth and fifth
+# sessions): 256 threads, the compiler held to five blocks per SM (a 4096-key list, 34 KB of shared
+# memory each), so that four other blocks' loads overlap one block's selection rounds; warp
+# shuffles for the scans and the slot reservations.
+DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocks_per_sm": 5, "candidates": CANDIDATES, "warp_scan": True,
+           "warp_append": True, "digit_bits": DIGIT_BITS, "marks": False}
 
 
 def launch_variants() -> list[dict]:
-    """The launch configurations ``npuops run --tune`` chooses among, the default first: threads,
-    keys per thread and step, the shared-memory layout and how the block cooperates.
+    """The launch configurations ``npuops run --tune`` chooses among, the default first.
 
-    - ``compact``: see :func:`select_kernel`; ``blocks_per_sm`` holds the compiler to the registers
-      of that many blocks per SM (four of 256 threads fit in 228 KB with a 6144-key list, five
-      with 4096 keys; the 128-thread one fits six).
-    - ``blocked_scan``: histograms wider than the block are counted from the top by each thread
-      summing its own digits and one scan over the threads, instead of a scan over every entry (the
-      sample's 4096: twelve passes of 8 entries per thread).
-    - ``warp_scan``: the same with warp shuffles, two barriers per scan instead of two per level.
+    - ``blocks_per_sm`` holds the compiler to the registers of that many blocks per SM (0: its own
+      choice); ``candidates``, the list's length, sets the shared memory a block takes.
+    - ``warp_scan``: histograms are counted from the top by warp shuffles (each thread sums its
+      own digits, a shuffle scan over the lanes, one scratch entry per warp): two barriers per
+      histogram instead of two per level of a tile-level scan.
     - ``warp_append``: each warp reserves its listed keys' slots with one atomic per step (a
       shuffle scan of the threads' counts) instead of one per key, and so the selected keys'
       output slots.
-    - ``digit_bits`` (12, 10, 10): three rounds instead of four, the first spreading the listed
-      keys over the sample's 4096 digits (with 8 bits nearly all share one or two top digits).
-    - ``warp_count``: the rounds' histograms counted with one atomic per warp and digit (lanes
-      grouped by ``__match_any_sync``): in the first round nearly every listed key has one of two
-      digits, so one shared-memory word took thousands of atomics.
-    - ``prefetch`` (with ``warp_append``): each thread's loads of the next step go out before it
-      lists this one's keys, so a block's reads wait for one step's latency per row instead of one
-      per step. Twice the registers for the scores: with 16 keys a thread, three blocks per SM fit
-      without spills; with 8, five.
+    - ``marks``: each thread marks its listed keys once, in a bitmask that the count and the
+      writes both read, and compares only the floor on steps inside the row.
 
-    The ``warp_`` options and ``prefetch`` are written per thread, which TileLang's CPU target cannot build;
-    :func:`tile_level` gives a configuration's twin without them. Measured on the H200
-    (h200-topk-s4, topk 1024 / 2048, ms): the default 2.51 / 2.76; without the warp options 3.39 /
-    3.85; 512 threads (two blocks per SM) 4.00 / 4.51, with the blocked scan 3.51 / 3.99, with both
-    warp options and (12, 10, 10) digits 3.03 / 3.26. Dropped after that run: 1024 threads (5.6 /
-    6.1), the compact 512-thread layout (3.63 / 4.09; with the warp options it spilled, 4.93)."""
-    return [DEFAULT, {**DEFAULT, "marks": True}, {**DEFAULT, "marks": True, "blocks_per_sm": 4, "candidates": 6144}]
+    The ``warp_`` options and ``marks`` are written per thread, which TileLang's CPU target cannot
+    build; :func:`tile_level` gives a configuration's twin without them. Measured on the H200
+    (topk 1024 / 2048, ms; benchmarks/README.md has the runs): 512 threads with tile-level scans
+    and appends 4.00 / 4.51; 256 threads, four blocks per SM with a 6144-key list 2.51 / 2.76,
+    without the warp options 3.39 / 3.85, with five blocks per SM and 4096 keys 2.30 / 2.62.
+    Tried and dropped: 1024 threads (5.6 / 6.1), 128 threads (2.74 for topk 1024), a blocked
+    tile-level scan (3.51 / 3.99 at 512 threads), three rounds of (12, 10, 10) bits (3.03 /
+    3.26 at 512 threads, against 3.09 / 3.32 with four), the next step's loads issued before a
+    step is listed (2.97 for topk 2048 at best: more registers, no gain), and the rounds counted
+    with one atomic per warp and digit through ``__match_any_sync`` (2.67 against 2.54)."""
+    return [DEFAULT, {**DEFAULT, "marks": True}]
 
 
 def tile_level(config: dict) -> dict:
     """``config`` without its per-thread options (same sample, list and layout)."""
-    return {**config, "warp_scan": False, "warp_append": False, "prefetch": False, "warp_count": False, "marks": False}
+    return {**config, "warp_scan": False, "warp_append": False, "marks": False}
 
 
 def scan_span(bits: int, threads: int) -> int:
@@ -108,10 +101,9 @@ def sample_quota(taken, length, sample: int):
 
 
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
-                  vector: int = VECTOR, blocked_scan: bool = False, compact: bool = True,
-                  blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = True, candidates: int = CANDIDATES,
-                  warp_scan: bool = True, digit_bits: tuple[int, ...] = DIGIT_BITS, prefetch: bool = False,
-                  warp_count: bool = False, marks: bool = False) -> KernelSpec:
+                  vector: int = VECTOR, blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = True,
+                  candidates: int = CANDIDATES, warp_scan: bool = True, digit_bits: tuple[int, ...] = DIGIT_BITS,
+                  marks: bool = False) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -119,21 +111,15 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     rows = batch * seq_len * kv_group
     # One shared int32 buffer (TileLang's CPU target allows a single one): histogram / counts from
     # the top with its scan scratch, listed positions and their keys (so the rounds never re-read
-    # them), a few counters. ``compact``: the sample's histogram and scratch (2 x BINS) lie in the
-    # list's area, which is only filled once the sample is done, and the rounds' own (one entry per
-    # thread each) follow the list: 50 instead of 80 KB with the default list.
+    # them), a few counters. The sample's histogram and scratch (2 x BINS) lie in the list's area,
+    # which is only filled once the sample is done; the rounds' own (one entry per thread each)
+    # follow the list: 34 KB with the default list (56 KB if every area had its own).
     rounds = [(32 - sum(digit_bits[:i + 1]), bits) for i, bits in enumerate(digit_bits)]  # (shift, bits)
     round_span = scan_span(max(digit_bits), threads)
     assert sum(digit_bits) == 32 and BINS <= candidates and round_span <= BINS  # the layouts below
-    assert warp_append or not prefetch  # the prefetch is the per-thread read's
-    if compact:
-        CAND, CAND_KEY = 0, candidates
-        SAMPLE_HIST, HIST = 0, 2 * candidates
-        counters = HIST + 2 * round_span
-    else:
-        SAMPLE_HIST = HIST = 0
-        CAND, CAND_KEY = 2 * BINS, 2 * BINS + candidates
-        counters = CAND_KEY + candidates
+    CAND, CAND_KEY = 0, candidates
+    SAMPLE_HIST, HIST = 0, 2 * candidates
+    counters = HIST + 2 * round_span
     CHOSEN, ABOVE, TIES, COUNT = (counters + i for i in range(4))
     # A row's steps are whole vectors when they divide it; otherwise positions past it are clamped.
     whole_steps = seq_len_kv % STEP == 0
@@ -214,22 +200,6 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 if step * threads + i < listed and matches(candidate_key(shared, c), threshold, shift, bits):
                     T.atomic_add(shared[HIST + digit(candidate_key(shared, c), shift, bits)], 1)
 
-    @T.macro
-    def count_candidates_by_warp(shared, listed, threshold, shift, bits, peers):
-        """count_candidates with one atomic per warp and digit: the lanes holding a digit (most
-        share one or two in the first rounds) are found by __match_any_sync, and the lowest adds
-        their number. peers[0]: the thread's digit (-1: none); peers[1]: the lanes sharing it."""
-        tx = T.get_thread_binding()
-        for step in T.serial(T.ceildiv(listed, threads)):
-            c = T.min(step * threads + tx, candidates - 1)
-            counted = step * threads + tx < listed
-            if shift + bits < 32:
-                counted = counted & matches(candidate_key(shared, c), threshold, shift, bits)
-            peers[0] = T.if_then_else(counted, digit(candidate_key(shared, c), shift, bits), -1)
-            peers[1] = T.Cast("int32", T.match_any_sync(peers[0]))
-            if peers[0] >= 0 and tx % 32 == T.__ffs(peers[1]) - 1:
-                T.atomic_add(shared[HIST + peers[0]], T.call_extern("int32", "__popc", peers[1]))
-
     def scratch_of(hist):
         """The scan scratch that follows a histogram (the sample's or the rounds')."""
         return hist + (BINS if hist == SAMPLE_HIST else round_span)
@@ -237,16 +207,14 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     @T.macro
     def suffix_scan(shared, scratch, first, count, levels):
         """shared[first + i] becomes the sum of entries i.. of ``count`` (at least one per thread;
-        those from 1 << levels on are zero), by a parallel scan through the scratch area (its
-        second half when the entries are the first: the blocked scan's per-thread sums)."""
-        pong = scratch + (BINS // 2 if first == scratch else 0)
+        those from 1 << levels on are zero), by a parallel scan through the scratch area."""
         for level in T.serial(levels):
             for i in T.Parallel(count):
-                shared[pong + i] = shared[first + i] + T.if_then_else(
+                shared[scratch + i] = shared[first + i] + T.if_then_else(
                     i + (1 << level) < count, shared[first + T.min(i + (1 << level), count - 1)], 0)
             T.sync_threads()
             for i in T.Parallel(count):
-                shared[first + i] = shared[pong + i]
+                shared[first + i] = shared[scratch + i]
             T.sync_threads()
 
     @T.macro
@@ -287,20 +255,8 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         scratch = scratch_of(hist)
         if warp_scan:
             warp_suffix_scan(shared, scratch, hist, per)
-        elif per == 1 or not blocked_scan:
-            suffix_scan(shared, scratch, hist, span, bits)
         else:
-            for t in T.Parallel(threads):
-                shared[scratch + t] = sum(shared[hist + t * per + p] for p in range(per))
-            T.sync_threads()
-            suffix_scan(shared, scratch, scratch, threads, (threads - 1).bit_length())
-            for t in T.Parallel(threads):
-                for p in T.serial(per):  # from the thread's last digit down, each adding the one above
-                    d = t * per + per - 1 - p
-                    shared[hist + d] = shared[hist + d] + T.if_then_else(
-                        p == 0, T.if_then_else(t + 1 < threads, shared[scratch + T.min(t + 1, threads - 1)], 0),
-                        shared[hist + T.min(d + 1, span - 1)])
-            T.sync_threads()
+            suffix_scan(shared, scratch, hist, span, bits)
 
     @T.macro
     def choose_digit(shared, hist, need, bits):
@@ -371,8 +327,6 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             if warp_append:
                 tx = T.get_thread_binding()
                 own = T.alloc_local((vector,), "float32")  # this thread's scores of a step
-                if prefetch:
-                    ahead = T.alloc_local((vector,), "float32")  # the next step's, loading meanwhile
                 marked = T.alloc_local((1,), "int32")  # see mark_listed (``marks``)
                 kept_own = T.alloc_var("int32")
                 reserved = T.alloc_local((3,), "int32")  # see reserve_slots
@@ -380,8 +334,6 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             threshold = T.alloc_var("uint32")  # the digits of the k-th largest key found so far
             need = T.alloc_var("int32")  # keys still to take among those matching them
             finished = T.alloc_var("int32")  # 1: the threshold is final before the last round
-            if warp_count:
-                peers = T.alloc_local((2,), "int32")  # see count_candidates_by_warp
             b = r // (seq_len * kv_group)
             s = (r // kv_group) % seq_len
             g = r % kv_group
@@ -401,16 +353,8 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 choose_digit(shared, SAMPLE_HIST, sample_quota(taken, length, STEP), bits)
                 floor = T.Cast("uint32", shared[CHOSEN]) << shift
             if warp_append:
-                if prefetch and start // STEP < T.ceildiv(end, STEP):
-                    load_own(ahead, Scores, b, s, g, start // STEP, tx)
                 for step in row_steps(start, end):
-                    if prefetch:  # this step's scores came with the last; the next one's go out now
-                        for e in T.unroll(vector):
-                            own[e] = ahead[e]
-                        if step + 1 < T.ceildiv(end, STEP):
-                            load_own(ahead, Scores, b, s, g, step + 1, tx)
-                    else:
-                        load_own(own, Scores, b, s, g, step, tx)
+                    load_own(own, Scores, b, s, g, step, tx)
                     if marks:
                         if (step * STEP >= start) & ((step + 1) * STEP <= end):
                             mark_listed(marked, own, step, tx, start, end, floor, False)
@@ -450,9 +394,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 if finished == 0:
                     T.sync_threads()  # the last round's readers are done with the histogram
                     clear(shared, HIST, scan_span(bits, threads))
-                    if warp_count and kept:
-                        count_candidates_by_warp(shared, listed, threshold, shift, bits, peers)
-                    elif kept:
+                    if kept:
                         count_candidates(shared, listed, threshold, shift, bits)
                     else:
                         count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift, bits)
@@ -499,7 +441,8 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
          ("ends", (batch, seq_len)), ("indices", out_shape)),
         {"indices": torch.int32},
         (("indices", out_shape),),
-        {"threads": threads, "vector": vector, "blocked_scan": blocked_scan, "compact": compact, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append, "warp_scan": warp_scan, "digit_bits": list(digit_bits), "prefetch": prefetch, "warp_count": warp_count, "marks": marks,
+        {"threads": threads, "vector": vector, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append,
+         "warp_scan": warp_scan, "digit_bits": list(digit_bits), "marks": marks,
          "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": candidates},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next
