@@ -60,7 +60,8 @@ def launch_variants() -> list[dict]:
       shuffle scan of the threads' counts) instead of one per key, and so the selected keys'
       output slots.
     - ``marks``: each thread marks its listed keys once, in a bitmask that the count and the
-      writes both read, and compares only the floor on steps inside the row.
+      writes both read, and compares only the floor on steps inside the row. It needs 40
+      registers (ptxas), so six blocks per SM fit (34 KB of shared memory each).
 
     The ``warp_`` options and ``marks`` are written per thread, which TileLang's CPU target cannot
     build; :func:`tile_level` gives a configuration's twin without them. Measured on the H200
@@ -72,7 +73,7 @@ def launch_variants() -> list[dict]:
     3.26 at 512 threads, against 3.09 / 3.32 with four), the next step's loads issued before a
     step is listed (2.97 for topk 2048 at best: more registers, no gain), and the rounds counted
     with one atomic per warp and digit through ``__match_any_sync`` (2.67 against 2.54)."""
-    return [DEFAULT, {**DEFAULT, "marks": True}]
+    return [DEFAULT, {**DEFAULT, "marks": True}, {**DEFAULT, "marks": True, "blocks_per_sm": 6}]
 
 
 def tile_level(config: dict) -> dict:
