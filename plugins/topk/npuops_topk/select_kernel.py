@@ -167,12 +167,16 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         return ((marked[0] >> e) & 1) == 1 if marks else listable(pos, score, start, end, floor)
 
     @T.macro
-    def mark_listed(marked, own, step, tx, start, end, floor, bounded):
+    def mark_listed(marked, own, step, tx, start, end, floor_score, bounded):
         """Bit e of marked[0]: own[e] is listed, computed once for the count and the writes
-        (``bounded``: the step crosses an end of the row; inside it only the floor is compared)."""
+        (``bounded``: the step crosses an end of the row; inside it only the floor is compared).
+        Scores are compared as floats, with the floor's score: the same keys, except that -0.0
+        passes a floor of +0.0 (its key is the next below), and a list of the keys from some
+        key up is all the rounds need. (NaN scores, outside the op's finite inputs, are never
+        listed: their rows take the exact fallback.)"""
         marked[0] = 0
         for e in T.unroll(vector):
-            kept = key_of(own[e]) >= floor
+            kept = own[e] >= floor_score[0]
             if bounded:
                 kept = kept & (own_position(step, tx, e) >= start) & (own_position(step, tx, e) < end)
             marked[0] = marked[0] | T.if_then_else(kept, 1 << e, 0)
@@ -329,6 +333,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 tx = T.get_thread_binding()
                 own = T.alloc_local((vector,), "float32")  # this thread's scores of a step
                 marked = T.alloc_local((1,), "int32")  # see mark_listed (``marks``)
+                floor_score = T.alloc_local((1,), "float32")  # the floor's score (``marks``)
                 kept_own = T.alloc_var("int32")
                 reserved = T.alloc_local((3,), "int32")  # see reserve_slots
             listed = T.alloc_var("int32")
@@ -353,14 +358,21 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                     T.atomic_add(shared[SAMPLE_HIST + digit(key_of(sampled[i]), shift, bits)], 1)
                 choose_digit(shared, SAMPLE_HIST, sample_quota(taken, length, STEP), bits)
                 floor = T.Cast("uint32", shared[CHOSEN]) << shift
+            if marks:
+                if floor >= T.uint32(0x80000000):
+                    floor_score[0] = T.reinterpret(floor & T.uint32(0x7FFFFFFF), "float32")
+                elif floor > T.uint32(0):
+                    floor_score[0] = T.reinterpret(~floor, "float32")
+                else:  # no sample: every score is listed
+                    floor_score[0] = -T.infinity("float32")
             if warp_append:
                 for step in row_steps(start, end):
                     load_own(own, Scores, b, s, g, step, tx)
                     if marks:
                         if (step * STEP >= start) & ((step + 1) * STEP <= end):
-                            mark_listed(marked, own, step, tx, start, end, floor, False)
+                            mark_listed(marked, own, step, tx, start, end, floor_score, False)
                         else:
-                            mark_listed(marked, own, step, tx, start, end, floor, True)
+                            mark_listed(marked, own, step, tx, start, end, floor_score, True)
                         kept_own = T.call_extern("int32", "__popc", marked[0])
                     else:
                         kept_own = 0
