@@ -40,12 +40,12 @@ SAMPLE_DIGIT = (20, 12)  # fine enough that the floor's bin adds few keys beyond
 BINS = 1 << SAMPLE_DIGIT[1]
 CANDIDATES = 4096  # listed keys at most (position and key: 32 KB of shared memory)
 SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over the row
-# The default launch, the fastest measured on the H200 (benchmarks/README.md, fourth and fifth
-# sessions): 256 threads, the compiler held to five blocks per SM (a 4096-key list, 34 KB of shared
+# The default launch, the fastest measured on the H200 (h200-s5c-topk-1d85a47: 2.19 / 2.45 ms
+# tuned): 256 threads, the compiler held to five blocks per SM (a 4096-key list, 34 KB of shared
 # memory each), so that four other blocks' loads overlap one block's selection rounds; warp
-# shuffles for the scans and the slot reservations.
+# shuffles for the scans and the slot reservations; listed keys marked once per step.
 DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocks_per_sm": 5, "candidates": CANDIDATES, "warp_scan": True,
-           "warp_append": True, "digit_bits": DIGIT_BITS, "marks": False}
+           "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True}
 
 
 def launch_variants() -> list[dict]:
@@ -67,13 +67,15 @@ def launch_variants() -> list[dict]:
     build; :func:`tile_level` gives a configuration's twin without them. Measured on the H200
     (topk 1024 / 2048, ms; benchmarks/README.md has the runs): 512 threads with tile-level scans
     and appends 4.00 / 4.51; 256 threads, four blocks per SM with a 6144-key list 2.51 / 2.76,
-    without the warp options 3.39 / 3.85, with five blocks per SM and 4096 keys 2.30 / 2.62.
+    without the warp options 3.39 / 3.85, with five blocks per SM and 4096 keys 2.30 / 2.62; with
+    the early end of the rounds 2.27 / 2.54, and with ``marks`` (the default) 2.19 / 2.45 (six
+    blocks per SM: 2.19 / 2.46).
     Tried and dropped: 1024 threads (5.6 / 6.1), 128 threads (2.74 for topk 1024), a blocked
     tile-level scan (3.51 / 3.99 at 512 threads), three rounds of (12, 10, 10) bits (3.03 /
     3.26 at 512 threads, against 3.09 / 3.32 with four), the next step's loads issued before a
     step is listed (2.97 for topk 2048 at best: more registers, no gain), and the rounds counted
     with one atomic per warp and digit through ``__match_any_sync`` (2.67 against 2.54)."""
-    return [DEFAULT, {**DEFAULT, "marks": True}, {**DEFAULT, "marks": True, "blocks_per_sm": 6}]
+    return [DEFAULT, {**DEFAULT, "blocks_per_sm": 6}, {**DEFAULT, "marks": False}]
 
 
 def tile_level(config: dict) -> dict:
@@ -104,7 +106,7 @@ def sample_quota(taken, length, sample: int):
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
                   vector: int = VECTOR, blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = True,
                   candidates: int = CANDIDATES, warp_scan: bool = True, digit_bits: tuple[int, ...] = DIGIT_BITS,
-                  marks: bool = False) -> KernelSpec:
+                  marks: bool = True) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -118,6 +120,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     rounds = [(32 - sum(digit_bits[:i + 1]), bits) for i, bits in enumerate(digit_bits)]  # (shift, bits)
     round_span = scan_span(max(digit_bits), threads)
     assert sum(digit_bits) == 32 and BINS <= candidates and round_span <= BINS  # the layouts below
+    assert warp_append or not marks  # the marks are the per-thread read's
     CAND, CAND_KEY = 0, candidates
     SAMPLE_HIST, HIST = 0, 2 * candidates
     counters = HIST + 2 * round_span
