@@ -116,7 +116,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     # the top with its scan scratch, listed positions and their keys (so the rounds never re-read
     # them), a few counters. The sample's histogram and scratch (2 x BINS) lie in the list's area,
     # which is only filled once the sample is done; the rounds' own (one entry per thread each)
-    # follow the list: 34 KB with the default list (56 KB if every area had its own).
+    # follow the list: 34 KB with the default list (66 KB if every area had its own).
     rounds = [(32 - sum(digit_bits[:i + 1]), bits) for i, bits in enumerate(digit_bits)]  # (shift, bits)
     round_span = scan_span(max(digit_bits), threads)
     assert sum(digit_bits) == 32 and BINS <= candidates and round_span <= BINS  # the layouts below
@@ -167,6 +167,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         return step * STEP + ((e // 4) * threads + tx) * 4 + e % 4
 
     def listed_here(marked, e, pos, score, start, end, floor):
+        """Whether a thread's e-th score of the step, at pos, is listed."""
         return ((marked[0] >> e) & 1) == 1 if marks else listable(pos, score, start, end, floor)
 
     @T.macro
