@@ -45,7 +45,7 @@ SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over 
 # memory each), so that four other blocks' loads overlap one block's selection rounds; warp
 # shuffles for the scans and the slot reservations; listed keys marked once per step.
 DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocks_per_sm": 5, "candidates": CANDIDATES, "warp_scan": True,
-           "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True}
+           "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True, "lead": False}
 
 
 def launch_variants() -> list[dict]:
@@ -62,8 +62,11 @@ def launch_variants() -> list[dict]:
     - ``marks``: each thread marks its listed keys once, in a bitmask that the count and the
       writes both read, and compares only the floor on steps inside the row. It needs 40
       registers (ptxas), so six blocks per SM fit (34 KB of shared memory each).
+    - ``lead``: the row's first step is loaded before the sample is counted, so that its latency
+      overlaps the sample's histogram and scan (48 registers at five blocks per SM, no spills;
+      not measured yet).
 
-    The ``warp_`` options and ``marks`` are written per thread, which TileLang's CPU target cannot
+    The ``warp_`` options, ``marks`` and ``lead`` are written per thread, which TileLang's CPU target cannot
     build; :func:`tile_level` gives a configuration's twin without them. Measured on the H200
     (topk 1024 / 2048, ms; benchmarks/README.md has the runs): 512 threads with tile-level scans
     and appends 4.00 / 4.51; 256 threads, four blocks per SM with a 6144-key list 2.51 / 2.76,
@@ -75,12 +78,12 @@ def launch_variants() -> list[dict]:
     3.26 at 512 threads, against 3.09 / 3.32 with four), the next step's loads issued before a
     step is listed (2.97 for topk 2048 at best: more registers, no gain), and the rounds counted
     with one atomic per warp and digit through ``__match_any_sync`` (2.67 against 2.54)."""
-    return [DEFAULT, {**DEFAULT, "blocks_per_sm": 6}, {**DEFAULT, "marks": False}]
+    return [DEFAULT, {**DEFAULT, "lead": True}, {**DEFAULT, "blocks_per_sm": 6}, {**DEFAULT, "marks": False}]
 
 
 def tile_level(config: dict) -> dict:
     """``config`` without its per-thread options (same sample, list and layout)."""
-    return {**config, "warp_scan": False, "warp_append": False, "marks": False}
+    return {**config, "warp_scan": False, "warp_append": False, "marks": False, "lead": False}
 
 
 def scan_span(bits: int, threads: int) -> int:
@@ -106,7 +109,7 @@ def sample_quota(taken, length, sample: int):
 def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
                   vector: int = VECTOR, blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = True,
                   candidates: int = CANDIDATES, warp_scan: bool = True, digit_bits: tuple[int, ...] = DIGIT_BITS,
-                  marks: bool = True) -> KernelSpec:
+                  marks: bool = True, lead: bool = False) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -120,7 +123,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     rounds = [(32 - sum(digit_bits[:i + 1]), bits) for i, bits in enumerate(digit_bits)]  # (shift, bits)
     round_span = scan_span(max(digit_bits), threads)
     assert sum(digit_bits) == 32 and BINS <= candidates and round_span <= BINS  # the layouts below
-    assert warp_append or not marks  # the marks are the per-thread read's
+    assert warp_append or not (marks or lead)  # both are the per-thread read's
     CAND, CAND_KEY = 0, candidates
     SAMPLE_HIST, HIST = 0, 2 * candidates
     counters = HIST + 2 * round_span
@@ -353,6 +356,8 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             taken = T.min(length, topk)
             clear(shared, ABOVE, 3)
             floor = 0
+            if lead and start // STEP < T.ceildiv(end, STEP):  # in flight while the sample is counted
+                load_own(own, Scores, b, s, g, start // STEP, tx)
             if length > candidates:
                 shift, bits = SAMPLE_DIGIT
                 clear(shared, SAMPLE_HIST, scan_span(bits, threads))
@@ -371,7 +376,8 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                     floor_score[0] = -T.infinity("float32")
             if warp_append:
                 for step in row_steps(start, end):
-                    load_own(own, Scores, b, s, g, step, tx)
+                    if not lead or step > start // STEP:
+                        load_own(own, Scores, b, s, g, step, tx)
                     if marks:
                         if (step * STEP >= start) & ((step + 1) * STEP <= end):
                             mark_listed(marked, own, step, tx, start, end, floor_score, False)
@@ -459,7 +465,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         {"indices": torch.int32},
         (("indices", out_shape),),
         {"threads": threads, "vector": vector, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append,
-         "warp_scan": warp_scan, "digit_bits": list(digit_bits), "marks": marks,
+         "warp_scan": warp_scan, "digit_bits": list(digit_bits), "marks": marks, "lead": lead,
          "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": candidates},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next
