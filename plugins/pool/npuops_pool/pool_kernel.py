@@ -1,7 +1,7 @@
 """The TileLang pooling kernels of this plugin, chosen by :func:`pool_kernel` (``kernel`` in a
 launch config): ``"rows"`` for sliding windows, ``"window"`` for adaptive windows (and as a tuning
 fallback), ``"planes"`` for windows that are the whole input (global pooling), ``"strips"`` (a
-launch variant, not yet measured) for windows that tile the input.
+launch variant) for windows that tile the input.
 
 Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
 input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1). Max propagates NaN
@@ -154,7 +154,7 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
                                  default_tile(spec, dtype, OUTPUTS_PER_BLOCK * 4)) if t and t != tile)]
     rows = [{"kernel": "rows", "threads": t, "rows": r, "cols": c}
             for (r, c) in dict.fromkeys(tiles) for t in (BLOCK, BLOCK // 2)]
-    # Not measured yet: tried after the measured default.
+    # After the default: measured within 0.2 us of the others where it applies (h200-s4b-pool-strips).
     strips = [{"kernel": "strips", "threads": t} for t in (BLOCK, BLOCK // 2)] if strip_width(spec, dtype) else []
     return [*rows, *strips, *window[:1]] if prefers_rows(spec) else [*window[:1], *rows, *strips]
 

@@ -23,9 +23,9 @@ the row to the exact fallback: the same rounds and the pick re-read the row. The
 leaves get -1. Exact for every range length (including 0) and every score distribution; only the
 speed depends on the sample.
 
-Written with tile-level operators, except two options (see :func:`launch_variants`) that use warp
-shuffles: their twins without them (:func:`tile_level`) build for TileLang's CPU target, where the
-tests check the logic against the reference without a GPU. TileLang is imported when a
+Written with tile-level operators, except the per-thread options (warp shuffles, the marked and
+early loads; see :func:`launch_variants`): their twins without them (:func:`tile_level`) build for
+TileLang's CPU target, where the tests check the logic against the reference without a GPU. TileLang is imported when a
 kernel is built. (No ``from __future__ import annotations``: TileLang evaluates the tensor
 annotations, which must see the shapes.)
 """
@@ -106,10 +106,12 @@ def sample_quota(taken, length, sample: int):
     return taken * sample * 5 // (4 * length) + 16
 
 
-def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int, threads: int = THREADS,
-                  vector: int = VECTOR, blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = True,
-                  candidates: int = CANDIDATES, warp_scan: bool = True, digit_bits: tuple[int, ...] = DIGIT_BITS,
-                  marks: bool = True, lead: bool = False) -> KernelSpec:
+def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk: int,
+                  threads: int = DEFAULT["threads"], vector: int = DEFAULT["vector"],
+                  blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = DEFAULT["warp_append"],
+                  candidates: int = DEFAULT["candidates"], warp_scan: bool = DEFAULT["warp_scan"],
+                  digit_bits: tuple[int, ...] = DEFAULT["digit_bits"], marks: bool = DEFAULT["marks"],
+                  lead: bool = DEFAULT["lead"]) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
