@@ -45,7 +45,7 @@ SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over 
 # memory each), so that four other blocks' loads overlap one block's selection rounds; warp
 # shuffles for the scans and the slot reservations; listed keys marked once per step.
 DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocks_per_sm": 5, "candidates": CANDIDATES, "warp_scan": True,
-           "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True, "lead": False}
+           "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True, "lead": False, "relative": False}
 
 
 def launch_variants() -> list[dict]:
@@ -78,7 +78,7 @@ def launch_variants() -> list[dict]:
     3.26 at 512 threads, against 3.09 / 3.32 with four), the next step's loads issued before a
     step is listed (2.97 for topk 2048 at best: more registers, no gain), and the rounds counted
     with one atomic per warp and digit through ``__match_any_sync`` (2.67 against 2.54)."""
-    return [DEFAULT, {**DEFAULT, "lead": True}, {**DEFAULT, "blocks_per_sm": 6}, {**DEFAULT, "marks": False}]
+    return [DEFAULT, {**DEFAULT, "relative": True}, {**DEFAULT, "lead": True}, {**DEFAULT, "relative": True, "lead": True}]
 
 
 def tile_level(config: dict) -> dict:
@@ -111,7 +111,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                   blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = DEFAULT["warp_append"],
                   candidates: int = DEFAULT["candidates"], warp_scan: bool = DEFAULT["warp_scan"],
                   digit_bits: tuple[int, ...] = DEFAULT["digit_bits"], marks: bool = DEFAULT["marks"],
-                  lead: bool = DEFAULT["lead"]) -> KernelSpec:
+                  lead: bool = DEFAULT["lead"], relative: bool = DEFAULT["relative"]) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
@@ -129,7 +129,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     CAND, CAND_KEY = 0, candidates
     SAMPLE_HIST, HIST = 0, 2 * candidates
     counters = HIST + 2 * round_span
-    CHOSEN, ABOVE, TIES, COUNT = (counters + i for i in range(4))
+    CHOSEN, ABOVE, TIES, TOP, COUNT = (counters + i for i in range(5))
     # A row's steps are whole vectors when they divide it; otherwise positions past it are clamped.
     whole_steps = seq_len_kv % STEP == 0
 
@@ -143,6 +143,12 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     def matches(key, threshold, shift, bits):
         """key agrees with the threshold on the digits above this round's."""
         return True if shift + bits == 32 else (key >> (shift + bits)) == (threshold >> (shift + bits))
+
+    def round_needed(span, shift):
+        """Whether some listed key (less the base) has a nonzero digit at ``shift`` or above; a
+        round whose digits are all 0 would choose 0 with nothing above it (``relative`` skips it:
+        the first round on typical rows, whose listed keys lie within 2^24 of the floor)."""
+        return True if not relative or shift == 0 else (span >> (shift - 1)) != 0
 
     def clamped(pos):
         return pos if whole_steps else T.min(pos, seq_len_kv - 1)
@@ -203,16 +209,39 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 if pos >= start and pos < end and matches(key_of(vals[i]), threshold, shift, bits):
                     T.atomic_add(shared[HIST + digit(key_of(vals[i]), shift, bits)], 1)
 
-    def candidate_key(shared, c):
-        return key_of(T.reinterpret(shared[CAND_KEY + c], "float32"))
+    def candidate_key(shared, c, base):
+        """The c-th listed key, less ``base`` (at most the least listed key: the order stays)."""
+        return key_of(T.reinterpret(shared[CAND_KEY + c], "float32")) - base
 
     @T.macro
-    def count_candidates(shared, listed, threshold, shift, bits):
+    def count_candidates(shared, listed, base, threshold, shift, bits):
         for step in T.serial(T.ceildiv(listed, threads)):
             for i in T.Parallel(threads):
                 c = T.min(step * threads + i, candidates - 1)
-                if step * threads + i < listed and matches(candidate_key(shared, c), threshold, shift, bits):
-                    T.atomic_add(shared[HIST + digit(candidate_key(shared, c), shift, bits)], 1)
+                if step * threads + i < listed and matches(candidate_key(shared, c, base), threshold, shift, bits):
+                    T.atomic_add(shared[HIST + digit(candidate_key(shared, c, base), shift, bits)], 1)
+
+    @T.macro
+    def find_top(shared, listed, base, top):
+        """shared[TOP] becomes the largest listed key, less ``base``, halved (a non-negative int32
+        for the atomic); ``top``: per-thread scratch."""
+        if warp_append:  # per thread, then across the warp: one atomic per warp
+            tx = T.get_thread_binding()
+            top[0] = T.uint32(0)
+            for step in T.serial(T.ceildiv(listed, threads)):
+                if step * threads + tx < listed:
+                    top[0] = T.max(top[0], candidate_key(shared, T.min(step * threads + tx, candidates - 1), base))
+            for d in (16, 8, 4, 2, 1):
+                top[0] = T.max(top[0], T.shfl_xor(top[0], d))
+            if tx % 32 == 0:
+                T.atomic_max(shared[TOP], T.Cast("int32", top[0] >> 1))
+        else:
+            for step in T.serial(T.ceildiv(listed, threads)):
+                for i in T.Parallel(threads):
+                    c = T.min(step * threads + i, candidates - 1)
+                    if step * threads + i < listed:
+                        T.atomic_max(shared[TOP], T.Cast("int32", candidate_key(shared, c, base) >> 1))
+        T.sync_threads()
 
     def scratch_of(hist):
         """The scan scratch that follows a histogram (the sample's or the rounds')."""
@@ -349,6 +378,9 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             threshold = T.alloc_var("uint32")  # the digits of the k-th largest key found so far
             need = T.alloc_var("int32")  # keys still to take among those matching them
             finished = T.alloc_var("int32")  # 1: the threshold is final before the last round
+            base = T.alloc_var("uint32")  # subtracted from the listed keys before the rounds
+            top = T.alloc_local((1,), "uint32")  # see find_top (``relative``)
+            span = T.alloc_var("int32")  # half the largest listed key less the base (``relative``)
             b = r // (seq_len * kv_group)
             s = (r // kv_group) % seq_len
             g = r % kv_group
@@ -356,7 +388,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             end = Ends[b, s]
             length = T.max(end - start, 0)
             taken = T.min(length, topk)
-            clear(shared, ABOVE, 3)
+            clear(shared, ABOVE, 4)
             floor = 0
             if lead and start // STEP < T.ceildiv(end, STEP):  # in flight while the sample is counted
                 load_own(own, Scores, b, s, g, start // STEP, tx)
@@ -412,15 +444,22 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             T.sync_threads()
             listed = shared[COUNT]
             kept = listed >= taken and listed <= candidates  # else the exact fallback re-reads the row
+            base = 0
+            if relative and kept and floor > T.uint32(0):
+                base = floor - T.uint32(1)  # below every listed key (marks list -0.0 with +0.0)
+            span = 0x7FFFFFFF
+            if relative and kept:
+                find_top(shared, listed, base, top)
+                span = shared[TOP]
             threshold = 0
             need = taken
             finished = 0
             for shift, bits in rounds:
-                if finished == 0:
+                if finished == 0 and round_needed(span, shift):
                     T.sync_threads()  # the last round's readers are done with the histogram
                     clear(shared, HIST, scan_span(bits, threads))
                     if kept:
-                        count_candidates(shared, listed, threshold, shift, bits)
+                        count_candidates(shared, listed, base, threshold, shift, bits)
                     else:
                         count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift, bits)
                     choose_digit(shared, HIST, need, bits)
@@ -436,18 +475,18 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             if warp_append and kept:
                 for step in T.serial(T.ceildiv(listed, threads)):
                     c = T.min(step * threads + tx, candidates - 1)
-                    above = (step * threads + tx < listed) & (candidate_key(shared, c) > threshold)
+                    above = (step * threads + tx < listed) & (candidate_key(shared, c, base) > threshold)
                     reserve_slots(shared, ABOVE, T.Cast("int32", above), reserved)
                     if above:
                         Indices[b, s, g, reserved[0]] = shared[CAND + c]
                     elif step * threads + tx < listed:  # ties (few): one atomic each
-                        pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c), threshold, need, taken)
+                        pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c, base), threshold, need, taken)
             elif kept:
                 for step in T.serial(T.ceildiv(listed, threads)):
                     for i in T.Parallel(threads):
                         c = T.min(step * threads + i, candidates - 1)
                         if step * threads + i < listed:
-                            pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c), threshold, need, taken)
+                            pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c, base), threshold, need, taken)
             else:
                 for step in row_steps(start, end):
                     load_step(vals, Scores, b, s, g, step)
@@ -467,7 +506,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         {"indices": torch.int32},
         (("indices", out_shape),),
         {"threads": threads, "vector": vector, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append,
-         "warp_scan": warp_scan, "digit_bits": list(digit_bits), "marks": marks, "lead": lead,
+         "warp_scan": warp_scan, "digit_bits": list(digit_bits), "marks": marks, "lead": lead, "relative": relative,
          "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": candidates},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next

@@ -110,10 +110,10 @@ def one_row(length: int, topk: int):
     return workload((1, 1, length, 1), topk, prefix_len=length - 1)
 
 
-def check_row(w, scores: torch.Tensor):
+def check_row(w, scores: torch.Tensor, **config):
     inputs = OP.make_inputs(w, InputRNG("cpu", seed=3))
     inputs["index_score"] = scores.view(inputs["index_score"].shape)
-    out = cpu_selector(w)(**inputs)
+    out = cpu_selector(w, **config)(**inputs)
     return OP.compare(out, OP.reference({k: v.clone() for k, v in inputs.items()}, w), w)
 
 
@@ -149,6 +149,24 @@ def test_a_row_of_normal_scores_is_listed_without_fallback():
     scores = torch.randn(49152)
     assert 2048 <= listed_by_sample(scores, 2048, default_step()) <= CANDIDATES
     assert check_row(w, scores).ok
+
+
+@pytest.mark.parametrize("spread", ["one value", "normal", "many exponents"])
+def test_relative_rounds_are_exact_whatever_the_listed_keys_span(spread):
+    """``relative`` skips the rounds whose digits (of the listed keys less the floor) are all 0:
+    every round when the listed keys are equal, the first on normal scores, none when they span
+    many exponents."""
+    length, topk = 20000, 100
+    w = one_row(length, topk)
+    scores = torch.randn(length) - 8
+    if spread == "one value":
+        scores[torch.randperm(length)[:1000]] = 3.0
+    elif spread == "normal":
+        scores = torch.randn(length)
+    else:
+        scores = torch.exp2(torch.rand(length) * 60 - 30) * torch.sign(torch.randn(length))
+    assert topk <= listed_by_sample(scores, topk, default_step()) <= 4096
+    assert check_row(w, scores, relative=True).ok
 
 
 def test_compiles_for_sm90():
