@@ -40,12 +40,13 @@ SAMPLE_DIGIT = (20, 12)  # fine enough that the floor's bin adds few keys beyond
 BINS = 1 << SAMPLE_DIGIT[1]
 CANDIDATES = 4096  # listed keys at most (position and key: 32 KB of shared memory)
 SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over the row
+H200_SMS = 132  # ``grid`` launch variants: as many blocks as the H200 holds at once
 # The default launch, the fastest measured on the H200 (h200-s5c-topk-1d85a47: 2.19 / 2.45 ms
 # tuned): 256 threads, the compiler held to five blocks per SM (a 4096-key list, 34 KB of shared
 # memory each), so that four other blocks' loads overlap one block's selection rounds; warp
 # shuffles for the scans and the slot reservations; listed keys marked once per step.
 DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocks_per_sm": 5, "candidates": CANDIDATES, "warp_scan": True,
-           "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True, "lead": False, "relative": False}
+           "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True, "lead": False, "grid": 0}
 
 
 def launch_variants() -> list[dict]:
@@ -78,7 +79,8 @@ def launch_variants() -> list[dict]:
     3.26 at 512 threads, against 3.09 / 3.32 with four), the next step's loads issued before a
     step is listed (2.97 for topk 2048 at best: more registers, no gain), and the rounds counted
     with one atomic per warp and digit through ``__match_any_sync`` (2.67 against 2.54)."""
-    return [DEFAULT, {**DEFAULT, "relative": True}, {**DEFAULT, "lead": True}, {**DEFAULT, "relative": True, "lead": True}]
+    resident = {**DEFAULT, "grid": H200_SMS * DEFAULT["blocks_per_sm"]}
+    return [DEFAULT, {**DEFAULT, "lead": True}, resident, {**resident, "lead": True}]
 
 
 def tile_level(config: dict) -> dict:
@@ -111,12 +113,13 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                   blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = DEFAULT["warp_append"],
                   candidates: int = DEFAULT["candidates"], warp_scan: bool = DEFAULT["warp_scan"],
                   digit_bits: tuple[int, ...] = DEFAULT["digit_bits"], marks: bool = DEFAULT["marks"],
-                  lead: bool = DEFAULT["lead"], relative: bool = DEFAULT["relative"]) -> KernelSpec:
+                  lead: bool = DEFAULT["lead"], grid: int = DEFAULT["grid"]) -> KernelSpec:
     import tilelang.language as T
 
     STEP = threads * vector  # keys a block loads per step; also the sample's size
 
     rows = batch * seq_len * kv_group
+    blocks = min(grid, rows) if grid else rows  # ``grid``: each block takes every grid-th row
     # One shared int32 buffer (TileLang's CPU target allows a single one): histogram / counts from
     # the top with its scan scratch, listed positions and their keys (so the rounds never re-read
     # them), a few counters. The sample's histogram and scratch (2 x BINS) lie in the list's area,
@@ -129,7 +132,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     CAND, CAND_KEY = 0, candidates
     SAMPLE_HIST, HIST = 0, 2 * candidates
     counters = HIST + 2 * round_span
-    CHOSEN, ABOVE, TIES, TOP, COUNT = (counters + i for i in range(5))
+    CHOSEN, ABOVE, TIES, COUNT = (counters + i for i in range(4))
     # A row's steps are whole vectors when they divide it; otherwise positions past it are clamped.
     whole_steps = seq_len_kv % STEP == 0
 
@@ -144,11 +147,15 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         """key agrees with the threshold on the digits above this round's."""
         return True if shift + bits == 32 else (key >> (shift + bits)) == (threshold >> (shift + bits))
 
-    def round_needed(span, shift):
-        """Whether some listed key (less the base) has a nonzero digit at ``shift`` or above; a
-        round whose digits are all 0 would choose 0 with nothing above it (``relative`` skips it:
-        the first round on typical rows, whose listed keys lie within 2^24 of the floor)."""
-        return True if not relative or shift == 0 else (span >> (shift - 1)) != 0
+    def floor_still_fits(floor, listed, listed_length, length, taken):
+        """Whether a row of ``length`` keys, with the rows' score distribution the same, would list
+        at least ``taken`` with a margin and at most 7/8 of the list (and at most 1.5 ``taken`` +
+        512, so that the rounds stay short) at the floor that listed ``listed`` of ``listed_length``
+        keys: then ``grid`` takes it instead of sampling. Misjudged, the row takes the exact
+        fallback (and the next one samples)."""
+        expected = T.Cast("float32", listed) * T.Cast("float32", length) / T.Cast("float32", T.max(listed_length, 1))
+        return (T.Cast("int32", floor >> 1) != 0) & (expected >= T.Cast("float32", taken + taken // 8 + 64)) & (
+            expected <= T.Cast("float32", T.min(candidates - candidates // 8, taken + taken // 2 + 512)))
 
     def clamped(pos):
         return pos if whole_steps else T.min(pos, seq_len_kv - 1)
@@ -172,6 +179,13 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         for j in T.unroll(vector // 4):
             for v in T.vectorized(4):
                 own[j * 4 + v] = Scores[b, s, clamped(step * STEP + (j * threads + tx) * 4 + v), g]
+
+    @T.macro
+    def load_first_step(own, Scores, Starts, Ends, r, tx):
+        """Thread tx's scores of row r's first step (``lead``)."""
+        b, s, g = r // (seq_len * kv_group), (r // kv_group) % seq_len, r % kv_group
+        if Starts[b, s] // STEP < T.ceildiv(Ends[b, s], STEP):
+            load_own(own, Scores, b, s, g, Starts[b, s] // STEP, tx)
 
     def own_position(step, tx, e):
         """The position of thread tx's e-th score of a step (see load_own)."""
@@ -209,39 +223,16 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 if pos >= start and pos < end and matches(key_of(vals[i]), threshold, shift, bits):
                     T.atomic_add(shared[HIST + digit(key_of(vals[i]), shift, bits)], 1)
 
-    def candidate_key(shared, c, base):
-        """The c-th listed key, less ``base`` (at most the least listed key: the order stays)."""
-        return key_of(T.reinterpret(shared[CAND_KEY + c], "float32")) - base
+    def candidate_key(shared, c):
+        return key_of(T.reinterpret(shared[CAND_KEY + c], "float32"))
 
     @T.macro
-    def count_candidates(shared, listed, base, threshold, shift, bits):
+    def count_candidates(shared, listed, threshold, shift, bits):
         for step in T.serial(T.ceildiv(listed, threads)):
             for i in T.Parallel(threads):
                 c = T.min(step * threads + i, candidates - 1)
-                if step * threads + i < listed and matches(candidate_key(shared, c, base), threshold, shift, bits):
-                    T.atomic_add(shared[HIST + digit(candidate_key(shared, c, base), shift, bits)], 1)
-
-    @T.macro
-    def find_top(shared, listed, base, top):
-        """shared[TOP] becomes the largest listed key, less ``base``, halved (a non-negative int32
-        for the atomic); ``top``: per-thread scratch."""
-        if warp_append:  # per thread, then across the warp: one atomic per warp
-            tx = T.get_thread_binding()
-            top[0] = T.uint32(0)
-            for step in T.serial(T.ceildiv(listed, threads)):
-                if step * threads + tx < listed:
-                    top[0] = T.max(top[0], candidate_key(shared, T.min(step * threads + tx, candidates - 1), base))
-            for d in (16, 8, 4, 2, 1):
-                top[0] = T.max(top[0], T.shfl_xor(top[0], d))
-            if tx % 32 == 0:
-                T.atomic_max(shared[TOP], T.Cast("int32", top[0] >> 1))
-        else:
-            for step in T.serial(T.ceildiv(listed, threads)):
-                for i in T.Parallel(threads):
-                    c = T.min(step * threads + i, candidates - 1)
-                    if step * threads + i < listed:
-                        T.atomic_max(shared[TOP], T.Cast("int32", candidate_key(shared, c, base) >> 1))
-        T.sync_threads()
+                if step * threads + i < listed and matches(candidate_key(shared, c), threshold, shift, bits):
+                    T.atomic_add(shared[HIST + digit(candidate_key(shared, c), shift, bits)], 1)
 
     def scratch_of(hist):
         """The scan scratch that follows a histogram (the sample's or the rounds')."""
@@ -322,12 +313,14 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     @T.macro
     def pick(shared, Indices, b, s, g, pos, key, threshold, need, taken):
         """Keys above the threshold take the next slot; equal ones the last ``need`` slots."""
-        if key > threshold:
+        # Compared as int64: inside the grid's row loop, TVM's bound solver fails on these
+        # unsigned conditions ("cannot make uint from negative value -1").
+        if T.Cast("int64", key) > T.Cast("int64", threshold):
             # The slot is bound once: used inline as an index, TileLang's bounds check repeats the
             # atomic (three increments per key).
             slot = T.atomic_add(shared[ABOVE], 1, return_prev=True)
             Indices[b, s, g, slot] = pos
-        elif key == threshold:
+        elif T.Cast("int64", key) == T.Cast("int64", threshold):
             tie = T.atomic_add(shared[TIES], 1, return_prev=True)
             if tie < need:
                 Indices[b, s, g, taken - need + tie] = pos
@@ -359,7 +352,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
     def main(Scores: T.Tensor((batch, seq_len, seq_len_kv, kv_group), "float32"),
              Starts: T.Tensor((batch, seq_len), "int32"), Ends: T.Tensor((batch, seq_len), "int32"),
              Indices: T.Tensor((batch, seq_len, kv_group, topk), "int32")):
-        with T.Kernel(rows, threads=threads) as r:
+        with T.Kernel(blocks, threads=threads) as block:
             if blocks_per_sm:  # the register budget (0: the compiler's)
                 T.annotate_min_blocks_per_sm(blocks_per_sm)
             shared = T.alloc_shared((COUNT + 1,), "int32")
@@ -378,125 +371,134 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             threshold = T.alloc_var("uint32")  # the digits of the k-th largest key found so far
             need = T.alloc_var("int32")  # keys still to take among those matching them
             finished = T.alloc_var("int32")  # 1: the threshold is final before the last round
-            base = T.alloc_var("uint32")  # subtracted from the listed keys before the rounds
-            top = T.alloc_local((1,), "uint32")  # see find_top (``relative``)
-            span = T.alloc_var("int32")  # half the largest listed key less the base (``relative``)
-            b = r // (seq_len * kv_group)
-            s = (r // kv_group) % seq_len
-            g = r % kv_group
-            start = Starts[b, s]
-            end = Ends[b, s]
-            length = T.max(end - start, 0)
-            taken = T.min(length, topk)
-            clear(shared, ABOVE, 4)
-            floor = 0
-            if lead and start // STEP < T.ceildiv(end, STEP):  # in flight while the sample is counted
-                load_own(own, Scores, b, s, g, start // STEP, tx)
-            if length > candidates:
-                shift, bits = SAMPLE_DIGIT
-                clear(shared, SAMPLE_HIST, scan_span(bits, threads))
-                for i in T.Parallel(STEP):
-                    sampled[i] = Scores[b, s, sample_position(start, length, i, STEP), g]
-                for i in T.Parallel(STEP):
-                    T.atomic_add(shared[SAMPLE_HIST + digit(key_of(sampled[i]), shift, bits)], 1)
-                choose_digit(shared, SAMPLE_HIST, sample_quota(taken, length, STEP), bits)
-                floor = T.Cast("uint32", shared[CHOSEN]) << shift
-            if marks:
-                if floor >= T.uint32(0x80000000):
-                    floor_score[0] = T.reinterpret(floor & T.uint32(0x7FFFFFFF), "float32")
-                elif floor > T.uint32(0):
-                    floor_score[0] = T.reinterpret(~floor, "float32")
-                else:  # no sample: every score is listed
-                    floor_score[0] = -T.infinity("float32")
-            if warp_append:
-                for step in row_steps(start, end):
-                    if not lead or step > start // STEP:
-                        load_own(own, Scores, b, s, g, step, tx)
-                    if marks:
-                        if (step * STEP >= start) & ((step + 1) * STEP <= end):
-                            mark_listed(marked, own, step, tx, start, end, floor_score, False)
+            # The previous row's floor (0: none to reuse), listed keys and length (``grid``)
+            reused_floor = T.alloc_var("uint32")
+            reused_listed = T.alloc_var("int32")
+            reused_length = T.alloc_var("int32")
+            reused_floor = 0
+            reused_listed = 0
+            reused_length = 0
+            for row_of_block in T.serial(T.ceildiv(rows - block, blocks) if grid else 1):
+                r = block + row_of_block * blocks
+                if grid:
+                    T.sync_threads()  # the previous row's readers are done with the shared areas
+                b = r // (seq_len * kv_group)
+                s = (r // kv_group) % seq_len
+                g = r % kv_group
+                start = Starts[b, s]
+                end = Ends[b, s]
+                length = T.max(end - start, 0)
+                taken = T.min(length, topk)
+                clear(shared, ABOVE, 3)
+                floor = 0
+                if lead and (not grid or row_of_block == 0):  # in flight while the sample is counted
+                    load_first_step(own, Scores, Starts, Ends, r, tx)
+                if bool(grid) and length > candidates and floor_still_fits(reused_floor, reused_listed, reused_length, length, taken):
+                    floor = reused_floor
+                elif length > candidates:
+                    shift, bits = SAMPLE_DIGIT
+                    clear(shared, SAMPLE_HIST, scan_span(bits, threads))
+                    for i in T.Parallel(STEP):
+                        sampled[i] = Scores[b, s, sample_position(start, length, i, STEP), g]
+                    for i in T.Parallel(STEP):
+                        T.atomic_add(shared[SAMPLE_HIST + digit(key_of(sampled[i]), shift, bits)], 1)
+                    choose_digit(shared, SAMPLE_HIST, sample_quota(taken, length, STEP), bits)
+                    floor = T.Cast("uint32", shared[CHOSEN]) << shift
+                if marks:
+                    if floor >= T.uint32(0x80000000):
+                        floor_score[0] = T.reinterpret(floor & T.uint32(0x7FFFFFFF), "float32")
+                    elif floor > T.uint32(0):
+                        floor_score[0] = T.reinterpret(~floor, "float32")
+                    else:  # no sample: every score is listed
+                        floor_score[0] = -T.infinity("float32")
+                if warp_append:
+                    for step in row_steps(start, end):
+                        if not lead or step > start // STEP:
+                            load_own(own, Scores, b, s, g, step, tx)
+                        if marks:
+                            if (step * STEP >= start) & ((step + 1) * STEP <= end):
+                                mark_listed(marked, own, step, tx, start, end, floor_score, False)
+                            else:
+                                mark_listed(marked, own, step, tx, start, end, floor_score, True)
+                            kept_own = T.call_extern("int32", "__popc", marked[0])
                         else:
-                            mark_listed(marked, own, step, tx, start, end, floor_score, True)
-                        kept_own = T.call_extern("int32", "__popc", marked[0])
-                    else:
-                        kept_own = 0
+                            kept_own = 0
+                            for e in T.unroll(vector):
+                                if listable(own_position(step, tx, e), own[e], start, end, floor):
+                                    kept_own = kept_own + 1
+                        reserve_slots(shared, COUNT, kept_own, reserved)
                         for e in T.unroll(vector):
-                            if listable(own_position(step, tx, e), own[e], start, end, floor):
-                                kept_own = kept_own + 1
-                    reserve_slots(shared, COUNT, kept_own, reserved)
-                    for e in T.unroll(vector):
-                        pos = own_position(step, tx, e)
-                        if listed_here(marked, e, pos, own[e], start, end, floor):
-                            if reserved[0] < candidates:
-                                shared[CAND + reserved[0]] = pos
-                                shared[CAND_KEY + reserved[0]] = T.reinterpret(own[e], "int32")
-                            reserved[0] = reserved[0] + 1
-            else:
-                for step in row_steps(start, end):
-                    load_step(vals, Scores, b, s, g, step)
-                    for i in T.Parallel(STEP):
-                        pos = step * STEP + i
-                        if listable(pos, vals[i], start, end, floor):
-                            slot = T.atomic_add(shared[COUNT], 1, return_prev=True)
-                            if slot < candidates:
-                                shared[CAND + slot] = pos
-                                shared[CAND_KEY + slot] = T.reinterpret(vals[i], "int32")  # the score's bits
-            T.sync_threads()
-            listed = shared[COUNT]
-            kept = listed >= taken and listed <= candidates  # else the exact fallback re-reads the row
-            base = 0
-            if relative and kept and floor > T.uint32(0):
-                base = floor - T.uint32(1)  # below every listed key (marks list -0.0 with +0.0)
-            span = 0x7FFFFFFF
-            if relative and kept:
-                find_top(shared, listed, base, top)
-                span = shared[TOP]
-            threshold = 0
-            need = taken
-            finished = 0
-            for shift, bits in rounds:
-                if finished == 0 and round_needed(span, shift):
-                    T.sync_threads()  # the last round's readers are done with the histogram
-                    clear(shared, HIST, scan_span(bits, threads))
-                    if kept:
-                        count_candidates(shared, listed, base, threshold, shift, bits)
-                    else:
-                        count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift, bits)
-                    choose_digit(shared, HIST, need, bits)
-                    threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
-                    # Every key with the digits found so far is taken (usually so after the third
-                    # round): the threshold becomes the key just below them, no rounds more.
-                    if shift > 0 and need == shared[HIST + shared[CHOSEN]] and threshold > T.uint32(0):
-                        threshold = threshold - T.uint32(1)
-                        need = 0
-                        finished = 1
-                    else:
-                        need = need - above_chosen(shared, bits)
-            if warp_append and kept:
-                for step in T.serial(T.ceildiv(listed, threads)):
-                    c = T.min(step * threads + tx, candidates - 1)
-                    above = (step * threads + tx < listed) & (candidate_key(shared, c, base) > threshold)
-                    reserve_slots(shared, ABOVE, T.Cast("int32", above), reserved)
-                    if above:
-                        Indices[b, s, g, reserved[0]] = shared[CAND + c]
-                    elif step * threads + tx < listed:  # ties (few): one atomic each
-                        pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c, base), threshold, need, taken)
-            elif kept:
-                for step in T.serial(T.ceildiv(listed, threads)):
-                    for i in T.Parallel(threads):
-                        c = T.min(step * threads + i, candidates - 1)
-                        if step * threads + i < listed:
-                            pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c, base), threshold, need, taken)
-            else:
-                for step in row_steps(start, end):
-                    load_step(vals, Scores, b, s, g, step)
-                    for i in T.Parallel(STEP):
-                        pos = step * STEP + i
-                        if pos >= start and pos < end:
-                            pick(shared, Indices, b, s, g, pos, key_of(vals[i]), threshold, need, taken)
-            for i in T.Parallel(topk):
-                if i >= taken:
-                    Indices[b, s, g, i] = -1
+                            pos = own_position(step, tx, e)
+                            if listed_here(marked, e, pos, own[e], start, end, floor):
+                                if reserved[0] < candidates:
+                                    shared[CAND + reserved[0]] = pos
+                                    shared[CAND_KEY + reserved[0]] = T.reinterpret(own[e], "int32")
+                                reserved[0] = reserved[0] + 1
+                else:
+                    for step in row_steps(start, end):
+                        load_step(vals, Scores, b, s, g, step)
+                        for i in T.Parallel(STEP):
+                            pos = step * STEP + i
+                            if listable(pos, vals[i], start, end, floor):
+                                slot = T.atomic_add(shared[COUNT], 1, return_prev=True)
+                                if slot < candidates:
+                                    shared[CAND + slot] = pos
+                                    shared[CAND_KEY + slot] = T.reinterpret(vals[i], "int32")  # the score's bits
+                T.sync_threads()
+                if lead and grid and r + blocks < rows:  # the next row's, in flight during the rounds
+                    load_first_step(own, Scores, Starts, Ends, r + blocks, tx)
+                listed = shared[COUNT]
+                kept = listed >= taken and listed <= candidates  # else the exact fallback re-reads the row
+                threshold = 0
+                need = taken
+                finished = 0
+                for shift, bits in rounds:
+                    if finished == 0:
+                        T.sync_threads()  # the last round's readers are done with the histogram
+                        clear(shared, HIST, scan_span(bits, threads))
+                        if kept:
+                            count_candidates(shared, listed, threshold, shift, bits)
+                        else:
+                            count_row(shared, vals, Scores, b, s, g, start, end, threshold, shift, bits)
+                        choose_digit(shared, HIST, need, bits)
+                        threshold = threshold | (T.Cast("uint32", shared[CHOSEN]) << shift)
+                        # Every key with the digits found so far is taken (usually so after the third
+                        # round): the threshold becomes the key just below them, no rounds more.
+                        if shift > 0 and need == shared[HIST + shared[CHOSEN]] and threshold > T.uint32(0):
+                            threshold = threshold - T.uint32(1)
+                            need = 0
+                            finished = 1
+                        else:
+                            need = need - above_chosen(shared, bits)
+                if warp_append and kept:
+                    for step in T.serial(T.ceildiv(listed, threads)):
+                        c = T.min(step * threads + tx, candidates - 1)
+                        above = (step * threads + tx < listed) & (candidate_key(shared, c) > threshold)
+                        reserve_slots(shared, ABOVE, T.Cast("int32", above), reserved)
+                        if above:
+                            Indices[b, s, g, reserved[0]] = shared[CAND + c]
+                        elif step * threads + tx < listed:  # ties (few): one atomic each
+                            pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c), threshold, need, taken)
+                elif kept:
+                    for step in T.serial(T.ceildiv(listed, threads)):
+                        for i in T.Parallel(threads):
+                            c = T.min(step * threads + i, candidates - 1)
+                            if step * threads + i < listed:
+                                pick(shared, Indices, b, s, g, shared[CAND + c], candidate_key(shared, c), threshold, need, taken)
+                else:
+                    for step in row_steps(start, end):
+                        load_step(vals, Scores, b, s, g, step)
+                        for i in T.Parallel(STEP):
+                            pos = step * STEP + i
+                            if pos >= start and pos < end:
+                                pick(shared, Indices, b, s, g, pos, key_of(vals[i]), threshold, need, taken)
+                for i in T.Parallel(topk):
+                    if i >= taken:
+                        Indices[b, s, g, i] = -1
+                if grid:  # a floor that listed the top-k and fitted is tried on the next row
+                    reused_floor = T.if_then_else(kept, floor, T.uint32(0))
+                    reused_listed = listed
+                    reused_length = length
 
     out_shape = (batch, seq_len, kv_group, topk)
     return KernelSpec(
@@ -506,7 +508,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
         {"indices": torch.int32},
         (("indices", out_shape),),
         {"threads": threads, "vector": vector, "blocks_per_sm": blocks_per_sm, "warp_append": warp_append,
-         "warp_scan": warp_scan, "digit_bits": list(digit_bits), "marks": marks, "lead": lead, "relative": relative,
+         "warp_scan": warp_scan, "digit_bits": list(digit_bits), "marks": marks, "lead": lead, "grid": grid,
          "sample_digit_bits": SAMPLE_DIGIT[1], "candidates": candidates},
         # The barriers are placed by hand: TileLang's own pass put one before every shared-memory
         # write of the row's read (8 per step), which kept warps from running ahead to the next

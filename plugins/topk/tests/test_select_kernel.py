@@ -110,10 +110,10 @@ def one_row(length: int, topk: int):
     return workload((1, 1, length, 1), topk, prefix_len=length - 1)
 
 
-def check_row(w, scores: torch.Tensor, **config):
+def check_row(w, scores: torch.Tensor):
     inputs = OP.make_inputs(w, InputRNG("cpu", seed=3))
     inputs["index_score"] = scores.view(inputs["index_score"].shape)
-    out = cpu_selector(w, **config)(**inputs)
+    out = cpu_selector(w)(**inputs)
     return OP.compare(out, OP.reference({k: v.clone() for k, v in inputs.items()}, w), w)
 
 
@@ -151,22 +151,17 @@ def test_a_row_of_normal_scores_is_listed_without_fallback():
     assert check_row(w, scores).ok
 
 
-@pytest.mark.parametrize("spread", ["one value", "normal", "many exponents"])
-def test_relative_rounds_are_exact_whatever_the_listed_keys_span(spread):
-    """``relative`` skips the rounds whose digits (of the listed keys less the floor) are all 0:
-    every round when the listed keys are equal, the first on normal scores, none when they span
-    many exponents."""
-    length, topk = 20000, 100
-    w = one_row(length, topk)
-    scores = torch.randn(length) - 8
-    if spread == "one value":
-        scores[torch.randperm(length)[:1000]] = 3.0
-    elif spread == "normal":
-        scores = torch.randn(length)
-    else:
-        scores = torch.exp2(torch.rand(length) * 60 - 30) * torch.sign(torch.randn(length))
-    assert topk <= listed_by_sample(scores, topk, default_step()) <= 4096
-    assert check_row(w, scores, relative=True).ok
+def test_a_block_taking_many_rows_reuses_floors_only_where_exact():
+    """``grid``: one block takes every row in turn and tries the previous row's floor. Rows whose
+    scores shift (so that the floor lists too many or too few keys) and short rows between them
+    must come out exact all the same."""
+    w = workload((1, 12, 20000, 1), 60, prefix_len=19000)
+    inputs = OP.make_inputs(w, InputRNG("cpu", seed=5))
+    scale = torch.tensor([1, 1, 1, 0.01, 0.01, 100, 1, 1, -1, 1, 1, 1.0])
+    inputs["index_score"] = inputs["index_score"] * scale[None, :, None, None] + torch.arange(12.0)[None, :, None, None] / 4
+    inputs["ends"][0, 7] = 3000  # a row short enough to list every key, no floor to hand on
+    out = cpu_selector(w, grid=1)(**inputs)
+    assert OP.compare(out, OP.reference({k: v.clone() for k, v in inputs.items()}, w), w).ok
 
 
 def test_compiles_for_sm90():
