@@ -1,5 +1,6 @@
-"""TileLang top-k selection (TopkSelectorFwd): an exact radix select, one thread block per
-(query row, kv group), that reads the row once.
+"""TileLang top-k selection (TopkSelectorFwd): an exact radix select that reads each row (query
+row, kv group) once. By default as many blocks as the H200 holds at once each take every
+``grid``-th row in turn (``grid`` 0: one block per row).
 
 Scores become order-preserving 32-bit keys (negative floats bit-flipped, others with the sign bit
 set). Three phases:
@@ -17,11 +18,15 @@ set). Three phases:
    ones (ties: any of them). Once every key with the digits found so far is needed (after the
    third round, for most rows), the key just below them is T and the rounds stop there.
 
-Rows of at most ``CANDIDATES`` keys skip the sample (every key is listed). A sample that misjudged
+A block that takes several rows tries the previous row's floor first: where, scaled to this
+row's length, it listed at least ``topk`` with a margin and at most 7/8 of the list, it is the
+floor again and the sample is skipped (on the catalog's rows, about nine rows in ten).
+
+Rows of at most ``CANDIDATES`` keys skip the sample (every key is listed). A floor that misjudged
 the row (too few keys listed, or more than the list holds, say thousands of equal scores) sends
 the row to the exact fallback: the same rounds and the pick re-read the row. The slots a short row
 leaves get -1. Exact for every range length (including 0) and every score distribution; only the
-speed depends on the sample.
+speed depends on the floor.
 
 Written with tile-level operators, except the per-thread options (warp shuffles, the marked and
 early loads; see :func:`launch_variants`): their twins without them (:func:`tile_level`) build for
@@ -40,13 +45,15 @@ SAMPLE_DIGIT = (20, 12)  # fine enough that the floor's bin adds few keys beyond
 BINS = 1 << SAMPLE_DIGIT[1]
 CANDIDATES = 4096  # listed keys at most (position and key: 32 KB of shared memory)
 SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over the row
-H200_SMS = 132  # ``grid`` launch variants: as many blocks as the H200 holds at once
-# The default launch, the fastest measured on the H200 (h200-s5c-topk-1d85a47: 2.19 / 2.45 ms
+H200_SMS = 132  # the default grid: as many blocks as the H200 holds at once
+# The default launch, the fastest measured on the H200 (h200-s6b-topk-d589191: 1.83 / 2.07 ms
 # tuned): 256 threads, the compiler held to five blocks per SM (a 4096-key list, 34 KB of shared
-# memory each), so that four other blocks' loads overlap one block's selection rounds; warp
-# shuffles for the scans and the slot reservations; listed keys marked once per step.
+# memory each), so that four other blocks' loads overlap one block's selection rounds; as many
+# blocks as fit at once, each taking every grid-th row and reusing floors; warp shuffles for the
+# scans and the slot reservations; listed keys marked once per step; the next row's first step
+# loaded during a row's rounds.
 DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocks_per_sm": 5, "candidates": CANDIDATES, "warp_scan": True,
-           "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True, "lead": False, "grid": 0}
+           "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True, "lead": True, "grid": H200_SMS * 5}
 
 
 def launch_variants() -> list[dict]:
@@ -63,24 +70,29 @@ def launch_variants() -> list[dict]:
     - ``marks``: each thread marks its listed keys once, in a bitmask that the count and the
       writes both read, and compares only the floor on steps inside the row. It needs 40
       registers (ptxas), so six blocks per SM fit (34 KB of shared memory each).
-    - ``lead``: the row's first step is loaded before the sample is counted, so that its latency
-      overlaps the sample's histogram and scan (48 registers at five blocks per SM, no spills;
-      not measured yet).
+    - ``lead``: the row's first step is loaded before the sample is counted (with ``grid``:
+      during the previous row's rounds), so that its latency overlaps them (48 registers at five
+      blocks per SM, no spills).
+    - ``grid``: that many blocks (the H200's 132 SMs times five), each taking every grid-th
+      row and handing its floor on to the next (0: a block per row, each sampling its row).
 
     The ``warp_`` options, ``marks`` and ``lead`` are written per thread, which TileLang's CPU target cannot
     build; :func:`tile_level` gives a configuration's twin without them. Measured on the H200
     (topk 1024 / 2048, ms; benchmarks/README.md has the runs): 512 threads with tile-level scans
     and appends 4.00 / 4.51; 256 threads, four blocks per SM with a 6144-key list 2.51 / 2.76,
     without the warp options 3.39 / 3.85, with five blocks per SM and 4096 keys 2.30 / 2.62; with
-    the early end of the rounds 2.27 / 2.54, and with ``marks`` (the default) 2.19 / 2.45 (six
-    blocks per SM: 2.19 / 2.46).
+    the early end of the rounds 2.27 / 2.54, with ``marks`` 2.19 / 2.45 (six blocks per SM: 2.19
+    / 2.46), with ``lead`` 2.14 / 2.44; with ``grid`` 1.86 / 2.09, and with ``lead`` too (the
+    default) 1.83 / 2.07.
     Tried and dropped: 1024 threads (5.6 / 6.1), 128 threads (2.74 for topk 1024), a blocked
     tile-level scan (3.51 / 3.99 at 512 threads), three rounds of (12, 10, 10) bits (3.03 /
     3.26 at 512 threads, against 3.09 / 3.32 with four), the next step's loads issued before a
-    step is listed (2.97 for topk 2048 at best: more registers, no gain), and the rounds counted
-    with one atomic per warp and digit through ``__match_any_sync`` (2.67 against 2.54)."""
-    resident = {**DEFAULT, "grid": H200_SMS * DEFAULT["blocks_per_sm"]}
-    return [DEFAULT, {**DEFAULT, "lead": True}, resident, {**resident, "lead": True}]
+    step is listed (2.97 for topk 2048 at best: more registers, no gain), the rounds counted
+    with one atomic per warp and digit through ``__match_any_sync`` (2.67 against 2.54), and
+    rounds on the listed keys less the floor, skipping those whose digits are all 0 (2.20 / 2.49
+    against 2.18 / 2.45: the pass that finds the largest listed key cost more than the round it
+    saved)."""
+    return [DEFAULT, {**DEFAULT, "lead": False}, {**DEFAULT, "grid": 0}]
 
 
 def tile_level(config: dict) -> dict:

@@ -220,3 +220,18 @@ def test_catalog_workloads_on_the_gpu(workload_id):
     w = OP.workload(workload_id)
     result = check(OP, w, impl.build(OP, w, device.torch_device()), device, seed=1)
     assert result.ok, result.detail
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lead", [True, False])
+def test_blocks_taking_many_rows_are_exact_on_the_gpu(lead):
+    """``grid`` on the small shapes, with few enough blocks that each takes several rows (the
+    catalog's grid exceeds their rows): floors handed on, the next row's first step loaded early."""
+    from npuops_topk.select_kernel import DEFAULT
+
+    device = REGISTRY.device("cuda")
+    impl = REGISTRY.implementation("TopkSelectorFwd", "tilelang")
+    for shape, topk, params in CASES:
+        w = workload(shape, topk, **params)
+        config = {**DEFAULT, "grid": 3, "lead": lead}
+        assert check(OP, w, impl.build(OP, w, device.torch_device(), config), device, seed=1).ok, (shape, config)
