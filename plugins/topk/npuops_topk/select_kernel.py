@@ -19,8 +19,9 @@ set). Three phases:
    third round, for most rows), the key just below them is T and the rounds stop there.
 
 A block that takes several rows tries the previous row's floor first: where, scaled to this
-row's length, it listed at least ``topk`` with a margin and at most 7/8 of the list, it is the
-floor again and the sample is skipped (on the catalog's rows, about nine rows in ten).
+row's length, it listed at least ``topk`` with a margin, and at most 7/8 of the list and
+1.5 ``topk`` + 512 keys (the rounds' work grows with them), it is the floor again and the sample
+is skipped (on the catalog's rows, about nine rows in ten).
 
 Rows of at most ``CANDIDATES`` keys skip the sample (every key is listed). A floor that misjudged
 the row (too few keys listed, or more than the list holds, say thousands of equal scores) sends
