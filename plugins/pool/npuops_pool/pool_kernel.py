@@ -125,7 +125,8 @@ def default_tile(spec: Pooling, dtype: torch.dtype, outputs: int = OUTPUTS_PER_B
 
 
 def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, kernel: str | None = None,
-                threads: int | None = None, rows: int | None = None, cols: int | None = None) -> KernelSpec:
+                threads: int | None = None, rows: int | None = None, cols: int | None = None, outputs: int = 1,
+                predicated: bool = False) -> KernelSpec:
     """The kernel for ``spec``: the default's, or the one a launch config from
     :func:`launch_variants` names (``rows`` x ``cols`` is the tile of a "rows" kernel)."""
     if kernel is None:
@@ -137,7 +138,7 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
         return rows_kernel(spec, input_shape, dtype, threads or BLOCK, *tile)
     if kernel == "strips":
         return strips_kernel(spec, input_shape, dtype, threads or BLOCK)
-    return window_kernel(spec, input_shape, dtype, threads or BLOCK)
+    return window_kernel(spec, input_shape, dtype, threads or BLOCK, outputs, predicated)
 
 
 def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
@@ -146,9 +147,12 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
         return [{"kernel": "planes", "threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
                 if stages_planes(spec, dtype, t)]
     window = [{"kernel": "window", "threads": t} for t in (BLOCK, BLOCK // 2, BLOCK * 2)]
+    # Masked loads, one or a few outputs per thread: torch.compile's form of the same kernel.
+    predicated = [{"kernel": "window", "threads": BLOCK, "predicated": True, "outputs": n}
+                  for n in (1, 4) if spec.spatial_out[-1] % n == 0]
     tile = default_tile(spec, dtype)
     if tile is None:
-        return window
+        return [*window, *predicated]
     # Smaller tiles make more blocks (small inputs); larger ones stage fewer halo rows per output.
     tiles = [tile, *(t for t in (default_tile(spec, dtype, OUTPUTS_PER_BLOCK // 4),
                                  default_tile(spec, dtype, OUTPUTS_PER_BLOCK * 4)) if t and t != tile)]
@@ -156,7 +160,7 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
             for (r, c) in dict.fromkeys(tiles) for t in (BLOCK, BLOCK // 2)]
     # After the default: measured within 0.2 us of the others where it applies (h200-s4b-pool-strips).
     strips = [{"kernel": "strips", "threads": t} for t in (BLOCK, BLOCK // 2)] if strip_width(spec, dtype) else []
-    return [*rows, *strips, *window[:1]] if prefers_rows(spec) else [*window[:1], *rows, *strips]
+    return [*rows, *strips, *window[:1], *predicated] if prefers_rows(spec) else [*window[:1], *rows, *strips, *predicated]
 
 
 def prefers_rows(spec: Pooling) -> bool:
@@ -370,15 +374,21 @@ def strips_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
     )
 
 
-def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int) -> KernelSpec:
-    """Any pooling: a thread per output element visiting its window's taps in global memory."""
+def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int,
+                  outputs: int = 1, predicated: bool = False) -> KernelSpec:
+    """Any pooling: a thread per ``outputs`` consecutive output elements of a row, visiting each
+    one's window taps in global memory. ``predicated``: every tap is loaded (from an address
+    clamped into the input) and taps outside the window are masked afterwards, as torch.compile's
+    Triton kernel masks its loads, so that a thread's loads are all issued before any is used;
+    otherwise taps outside are skipped by branches."""
     import tilelang.language as T
 
     dt = tilelang_dtype(dtype)
     planes = math.prod(input_shape[:2])
     D, H, W = _as_3d(spec.spatial_in, 1)
     oD, oH, oW = _as_3d(spec.spatial_out, 1)
-    total = planes * oD * oH * oW
+    assert oW % outputs == 0, (oW, outputs)
+    total = planes * oD * oH * (oW // outputs)
     if spec.adaptive:
         # Longest adaptive window per dim: the tap count each thread visits (shorter ones masked).
         taps = tuple(max(-(-(o + 1) * n // m) - o * n // m for o in range(m))
@@ -402,23 +412,30 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
             for t in T.Parallel(block):
                 idx = bx * block + t
                 if idx < total:
-                    ow = idx % oW
-                    oh = (idx // oW) % oH
-                    od = (idx // (oW * oH)) % oD
-                    plane = idx // (oW * oH * oD)
+                    row = idx // (oW // outputs)  # (plane, od, oh) flattened
+                    oh = row % oH
+                    od = (row // oH) % oD
+                    plane = row // (oH * oD)
                     d0, d_end = window(od, D, oD, sD, pD)
                     h0, h_end = window(oh, H, oH, sH, pH)
-                    w0, w_end = window(ow, W, oW, sW, pW)
-                    acc = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
-                    for i, j, k in T.grid(kD, kH, kW):
-                        d = d0 + i * dD
-                        h = h0 + j * dH
-                        w = w0 + k * dW
-                        if d >= 0 and d < d_end and h >= 0 and h < h_end and w >= 0 and w < w_end:
-                            v = T.Cast(F32, X[plane, d, h, w])
-                            acc = _accumulate(spec, acc, v)
-                    Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, (d0, h0, w0), (d_end, h_end, w_end),
-                                                              taps, (D, H, W), padding))
+                    for u in T.unroll(outputs):
+                        ow = idx % (oW // outputs) * outputs + u
+                        w0, w_end = window(ow, W, oW, sW, pW)
+                        acc = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+                        for i, j, k in T.grid(kD, kH, kW):
+                            d = d0 + i * dD
+                            h = h0 + j * dH
+                            w = w0 + k * dW
+                            if predicated:
+                                v = T.Cast(F32, X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
+                                                  T.max(T.min(w, W - 1), 0)])
+                                inside = (d >= 0) & (d < d_end) & (h >= 0) & (h < h_end) & (w >= 0) & (w < w_end)
+                                acc = T.if_then_else(inside, _accumulate(spec, acc, v), acc)
+                            elif d >= 0 and d < d_end and h >= 0 and h < h_end and w >= 0 and w < w_end:
+                                v = T.Cast(F32, X[plane, d, h, w])
+                                acc = _accumulate(spec, acc, v)
+                        Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, (d0, h0, w0), (d_end, h_end, w_end),
+                                                                  taps, (D, H, W), padding))
 
     output_shape = (*input_shape[:2], *spec.spatial_out)
     return KernelSpec(
@@ -426,5 +443,5 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
         (("input", (planes, D, H, W)), ("output", (planes, oD, oH, oW))),
         {"output": dtype},
         (("output", output_shape),),
-        {"kernel": "window", "threads": block, "taps": taps},
+        {"kernel": "window", "threads": block, "taps": taps, "outputs": outputs, "predicated": predicated},
     )
