@@ -125,7 +125,7 @@ def default_tile(spec: Pooling, dtype: torch.dtype, outputs: int = OUTPUTS_PER_B
 
 
 def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, kernel: str | None = None,
-                threads: int | None = None, rows: int | None = None, cols: int | None = None, outputs: int = 1,
+                threads: int | None = None, rows: int | None = None, cols: int | None = None,
                 predicated: bool = False) -> KernelSpec:
     """The kernel for ``spec``: the default's, or the one a launch config from
     :func:`launch_variants` names (``rows`` x ``cols`` is the tile of a "rows" kernel)."""
@@ -138,7 +138,7 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
         return rows_kernel(spec, input_shape, dtype, threads or BLOCK, *tile)
     if kernel == "strips":
         return strips_kernel(spec, input_shape, dtype, threads or BLOCK)
-    return window_kernel(spec, input_shape, dtype, threads or BLOCK, outputs, predicated)
+    return window_kernel(spec, input_shape, dtype, threads or BLOCK, predicated)
 
 
 def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
@@ -147,9 +147,7 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
         return [{"kernel": "planes", "threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
                 if stages_planes(spec, dtype, t)]
     window = [{"kernel": "window", "threads": t} for t in (BLOCK, BLOCK // 2, BLOCK * 2)]
-    # Masked loads, one or a few outputs per thread: torch.compile's form of the same kernel.
-    predicated = [{"kernel": "window", "threads": BLOCK, "predicated": True, "outputs": n}
-                  for n in (1, 4) if spec.spatial_out[-1] % n == 0]
+    predicated = [{"kernel": "window", "threads": BLOCK, "predicated": True}]
     tile = default_tile(spec, dtype)
     if tile is None:
         return [*window, *predicated]
@@ -375,20 +373,21 @@ def strips_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
 
 
 def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int,
-                  outputs: int = 1, predicated: bool = False) -> KernelSpec:
-    """Any pooling: a thread per ``outputs`` consecutive output elements of a row, visiting each
-    one's window taps in global memory. ``predicated``: every tap is loaded (from an address
-    clamped into the input) and taps outside the window are masked afterwards, as torch.compile's
-    Triton kernel masks its loads, so that a thread's loads are all issued before any is used;
-    otherwise taps outside are skipped by branches."""
+                  predicated: bool = False) -> KernelSpec:
+    """Any pooling: a thread per output element visiting its window's taps in global memory.
+    ``predicated``: every tap is loaded (from an address clamped into the input) and taps outside
+    the window are masked afterwards, as torch.compile's Triton kernel masks its loads, so that a
+    thread's loads are all issued before any is used; otherwise taps outside are skipped by
+    branches. Measured on the H200 (h200-s6e-pool-3a055e5): 13.6% faster on AdaptiveAvgPool2d
+    nondiv-7x7, within 3% or slower elsewhere (four outputs per thread, also tried there, won
+    nowhere)."""
     import tilelang.language as T
 
     dt = tilelang_dtype(dtype)
     planes = math.prod(input_shape[:2])
     D, H, W = _as_3d(spec.spatial_in, 1)
     oD, oH, oW = _as_3d(spec.spatial_out, 1)
-    assert oW % outputs == 0, (oW, outputs)
-    total = planes * oD * oH * (oW // outputs)
+    total = planes * oD * oH * oW
     if spec.adaptive:
         # Longest adaptive window per dim: the tap count each thread visits (shorter ones masked).
         taps = tuple(max(-(-(o + 1) * n // m) - o * n // m for o in range(m))
@@ -412,30 +411,28 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
             for t in T.Parallel(block):
                 idx = bx * block + t
                 if idx < total:
-                    row = idx // (oW // outputs)  # (plane, od, oh) flattened
-                    oh = row % oH
-                    od = (row // oH) % oD
-                    plane = row // (oH * oD)
+                    ow = idx % oW
+                    oh = (idx // oW) % oH
+                    od = (idx // (oW * oH)) % oD
+                    plane = idx // (oW * oH * oD)
                     d0, d_end = window(od, D, oD, sD, pD)
                     h0, h_end = window(oh, H, oH, sH, pH)
-                    for u in T.unroll(outputs):
-                        ow = idx % (oW // outputs) * outputs + u
-                        w0, w_end = window(ow, W, oW, sW, pW)
-                        acc = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
-                        for i, j, k in T.grid(kD, kH, kW):
-                            d = d0 + i * dD
-                            h = h0 + j * dH
-                            w = w0 + k * dW
-                            if predicated:
-                                v = T.Cast(F32, X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
-                                                  T.max(T.min(w, W - 1), 0)])
-                                inside = (d >= 0) & (d < d_end) & (h >= 0) & (h < h_end) & (w >= 0) & (w < w_end)
-                                acc = T.if_then_else(inside, _accumulate(spec, acc, v), acc)
-                            elif d >= 0 and d < d_end and h >= 0 and h < h_end and w >= 0 and w < w_end:
-                                v = T.Cast(F32, X[plane, d, h, w])
-                                acc = _accumulate(spec, acc, v)
-                        Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, (d0, h0, w0), (d_end, h_end, w_end),
-                                                                  taps, (D, H, W), padding))
+                    w0, w_end = window(ow, W, oW, sW, pW)
+                    acc = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+                    for i, j, k in T.grid(kD, kH, kW):
+                        d = d0 + i * dD
+                        h = h0 + j * dH
+                        w = w0 + k * dW
+                        if predicated:
+                            v = T.Cast(F32, X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
+                                              T.max(T.min(w, W - 1), 0)])
+                            inside = (d >= 0) & (d < d_end) & (h >= 0) & (h < h_end) & (w >= 0) & (w < w_end)
+                            acc = T.if_then_else(inside, _accumulate(spec, acc, v), acc)
+                        elif d >= 0 and d < d_end and h >= 0 and h < h_end and w >= 0 and w < w_end:
+                            v = T.Cast(F32, X[plane, d, h, w])
+                            acc = _accumulate(spec, acc, v)
+                    Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, (d0, h0, w0), (d_end, h_end, w_end),
+                                                              taps, (D, H, W), padding))
 
     output_shape = (*input_shape[:2], *spec.spatial_out)
     return KernelSpec(
@@ -443,5 +440,5 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
         (("input", (planes, D, H, W)), ("output", (planes, oD, oH, oW))),
         {"output": dtype},
         (("output", output_shape),),
-        {"kernel": "window", "threads": block, "taps": taps, "outputs": outputs, "predicated": predicated},
+        {"kernel": "window", "threads": block, "taps": taps, "predicated": predicated},
     )
