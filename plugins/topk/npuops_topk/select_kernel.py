@@ -21,7 +21,8 @@ set). Three phases:
 A block that takes several rows tries the previous row's floor first: where, scaled to this
 row's length, it listed at least ``topk`` with a margin, and at most 7/8 of the list and
 1.5 ``topk`` + 512 keys (the rounds' work grows with them), it is the floor again and the sample
-is skipped (on the catalog's rows, about nine rows in ten).
+is skipped (on the catalog's rows, about nine rows in ten in a simulation on the CPU; the H200
+run h200-s6b measured the time saved, not the count).
 
 Rows of at most ``CANDIDATES`` keys skip the sample (every key is listed). A floor that misjudged
 the row (too few keys listed, or more than the list holds, say thousands of equal scores) sends
@@ -47,14 +48,16 @@ BINS = 1 << SAMPLE_DIGIT[1]
 CANDIDATES = 4096  # listed keys at most (position and key: 32 KB of shared memory)
 SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over the row
 H200_SMS = 132  # the default grid: as many blocks as the H200 holds at once
+BLOCKS_PER_SM = 5
 # The default launch, the fastest measured on the H200 (h200-s6b-topk-d589191: 1.83 / 2.07 ms
 # tuned): 256 threads, the compiler held to five blocks per SM (a 4096-key list, 34 KB of shared
 # memory each), so that four other blocks' loads overlap one block's selection rounds; as many
 # blocks as fit at once, each taking every grid-th row and reusing floors; warp shuffles for the
 # scans and the slot reservations; listed keys marked once per step; the next row's first step
 # loaded during a row's rounds.
-DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocks_per_sm": 5, "candidates": CANDIDATES, "warp_scan": True,
-           "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True, "lead": True, "grid": H200_SMS * 5}
+DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocks_per_sm": BLOCKS_PER_SM, "candidates": CANDIDATES,
+           "warp_scan": True, "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True, "lead": True,
+           "grid": H200_SMS * BLOCKS_PER_SM}
 
 
 def launch_variants() -> list[dict]:
@@ -193,10 +196,14 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
             for v in T.vectorized(4):
                 own[j * 4 + v] = Scores[b, s, clamped(step * STEP + (j * threads + tx) * 4 + v), g]
 
+    def row_coordinates(r):
+        """(batch, query row, kv group) of row r."""
+        return r // (seq_len * kv_group), (r // kv_group) % seq_len, r % kv_group
+
     @T.macro
     def load_first_step(own, Scores, Starts, Ends, r, tx):
         """Thread tx's scores of row r's first step (``lead``)."""
-        b, s, g = r // (seq_len * kv_group), (r // kv_group) % seq_len, r % kv_group
+        b, s, g = row_coordinates(r)
         if Starts[b, s] // STEP < T.ceildiv(Ends[b, s], STEP):
             load_own(own, Scores, b, s, g, Starts[b, s] // STEP, tx)
 
@@ -395,9 +402,7 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                 r = block + row_of_block * blocks
                 if grid:
                     T.sync_threads()  # the previous row's readers are done with the shared areas
-                b = r // (seq_len * kv_group)
-                s = (r // kv_group) % seq_len
-                g = r % kv_group
+                b, s, g = row_coordinates(r)
                 start = Starts[b, s]
                 end = Ends[b, s]
                 length = T.max(end - start, 0)

@@ -204,12 +204,7 @@ def test_selection_is_exact_on_the_gpu(shape, topk, params):
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", range(len(OP.tilelang_variants(OP.workloads[0]))))
 def test_every_launch_variant_is_exact_on_the_gpu(variant):
-    device = REGISTRY.device("cuda")
-    impl = REGISTRY.implementation("TopkSelectorFwd", "tilelang")
-    for shape, topk, params in CASES:
-        w = workload(shape, topk, **params)
-        config = OP.tilelang_variants(w)[variant]
-        assert check(OP, w, impl.build(OP, w, device.torch_device(), config), device, seed=1).ok, (shape, config)
+    assert_exact_on_the_gpu_cases(lambda w: OP.tilelang_variants(w)[variant])
 
 
 @pytest.mark.gpu
@@ -229,9 +224,14 @@ def test_blocks_taking_many_rows_are_exact_on_the_gpu(lead):
     catalog's grid exceeds their rows): floors handed on, the next row's first step loaded early."""
     from npuops_topk.select_kernel import DEFAULT
 
+    assert_exact_on_the_gpu_cases(lambda w: {**DEFAULT, "grid": 3, "lead": lead})
+
+
+def assert_exact_on_the_gpu_cases(config_of):
+    """Our kernel, launched as ``config_of(workload)`` says, is exact on every small shape."""
     device = REGISTRY.device("cuda")
     impl = REGISTRY.implementation("TopkSelectorFwd", "tilelang")
     for shape, topk, params in CASES:
         w = workload(shape, topk, **params)
-        config = {**DEFAULT, "grid": 3, "lead": lead}
+        config = config_of(w)
         assert check(OP, w, impl.build(OP, w, device.torch_device(), config), device, seed=1).ok, (shape, config)
