@@ -3,7 +3,7 @@ into a TileLang cache that ships to the GPU machine: there each kernel loads ins
 (the GPU machine's compile time is most of a run's). Keys match when the TileLang version, the
 kernel's TIR and the target ({"kind": "cuda", "arch": "sm_90"}) do; a miss just compiles.
 
-    python scripts/warm-kernel-cache.py [--family norm,pool] [--variants] [--jobs 2]
+    python scripts/warm-kernel-cache.py [--family norm,pool] [--op RMSNormFwd,...] [--variants] [--jobs 2]
 
 Writes .kcache/cache.tar.xz (git-ignored), adding to what it held (--fresh: starting empty); carry
 ".kcache" with the device call and scripts/h200-session.sh unpacks it into the run's
@@ -40,6 +40,7 @@ def build(job: tuple[str, bool]) -> str | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", help="families, e.g. norm,pool (default: all with kernels)")
+    parser.add_argument("--op", help="ops, e.g. RMSNormFwd,LayerNormFwd (default: every op of the families)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--variants", action="store_true", help="every launch variant too (for npuops run --tune)")
     parser.add_argument("--fresh", action="store_true", help="drop the kernels the archive already holds")
@@ -49,10 +50,12 @@ def main() -> int:
 
     registry = load_registry()
     families = set(args.family.split(",")) if args.family else None
+    ops = set(args.op.split(",")) if args.op else None
     keys = []
     for name, impls in sorted(registry.implementations.items()):
         op = registry.op(name)
-        if (families and op.family not in families) or not any(i.name == "tilelang" for i in impls):
+        if (families and op.family not in families) or (ops and name not in ops) \
+                or not any(i.name == "tilelang" for i in impls):
             continue
         keys += [w.key for w in op.workloads if op.kernel_unsupported(w) is None]
 

@@ -79,7 +79,8 @@ def launch_threads(hidden: int, itemsize: int, per_thread: int = ELEMENTS_PER_TH
 
 def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, int]]:
     """Launch configurations ``npuops run --tune`` chooses among, the rule's first: half, twice and
-    four times its elements per thread (at most 64), and for many rows also no register bound."""
+    four times its elements per thread (at most 64), and for many rows also no register bound and
+    the per-row operands (weight, bias, gain) loaded with the row instead of after its reduction."""
     hidden, rows = shape[-1] * spec.segments, math.prod(shape[:-1]) // spec.segments
     grouped = spec.groups > 1 or spec.segments > 1
     share = elements_per_thread(rows)
@@ -92,6 +93,10 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
             config = {"threads": threads, "min_blocks": blocks}
             if config not in variants:
                 variants.append(config)
+    if rows > FEW_ROWS and (spec.weight is not None or spec.bias or spec.stat == "l2_gain"):
+        variants += [{**config, "prefetch": True} for config in variants if config["min_blocks"] > 1]
+    if spec.groups == 1 and spec.segments == 1:
+        variants.append({**variants[0], "tile_allreduce": True})
     return variants
 
 
@@ -106,10 +111,13 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
 
 
 def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1,
-                   threads: int | None = None, min_blocks: int | None = None) -> KernelSpec:
+                   threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
+                   tile_allreduce: bool = False) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
-    ``spec.segments`` the first dim is the segments). ``threads`` and ``min_blocks`` (blocks per
-    SM the registers are budgeted for) override the launch rule."""
+    ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
+    SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
+    override the launch rule; ``tile_allreduce`` reduces plain rows with TileLang's block
+    all-reduce too (to compare)."""
     import tilelang.language as T
 
     segs = spec.segments
@@ -140,6 +148,14 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         return (g, row, j) if segs > 1 else (row, col(g, j))
 
     masked = m != n
+    # A plain row (one group, one segment) is reduced by a warp-shuffle then one shared-memory
+    # exchange: one barrier. TileLang's block all-reduce exchanges through shared memory at every
+    # power-of-two stride from threads/2 down to 32, two barriers each (eight with 512 threads).
+    # That needs each thread's elements known: the row is laid out thread-major, in 16-byte vectors
+    # (element j in vector j // vec, vector c on thread c % threads), as TileLang's inference would.
+    plain = G == 1 and not tile_allreduce
+    vec = math.gcd(16 // dtype.itemsize, m // threads)
+    vectors_per_thread = m // (threads * vec)
 
     def value(raw, g, j):
         """Element j of group g in f32; 0 in the masked tail of a padded row."""
@@ -153,9 +169,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         c = value(raw, g, j) - mean[g]
         return T.if_then_else(j < n, c, 0.0) if masked else c
 
-    # With few rows (decode) the weight and bias are loaded with the row, so their DRAM latency
+    # With few rows (decode) the weight, bias and gain are loaded with the row, so their DRAM latency
     # overlaps the row's instead of following the reduction; W and B are then (G, m) fragments.
-    prefetch = rows <= FEW_ROWS
+    # With many rows it costs registers (fewer rows in flight per SM): a tuning choice.
+    if prefetch is None:
+        prefetch = rows <= FEW_ROWS
 
     def affine(V, g, j):
         return T.Cast(F32, V[g, j] if prefetch else V[col(g, j)])
@@ -174,27 +192,85 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             y = y * (1.0 + T.Cast(F32, Scale[sample, col(g, j)])) + T.Cast(F32, Shift[sample, col(g, j)])
         return y
 
+    def row_fragment(dtype_):
+        """A (G, m) register fragment; on plain rows laid out thread-major (see ``plain``)."""
+        fragment = T.alloc_fragment((G, m), dtype_)
+        if plain:
+            T.annotate_layout({fragment: T.Fragment((G, m), forward_thread_fn=lambda g, j: (j // vec) % threads,
+                                                    forward_index_fn=lambda g, j: j // (vec * threads) * vec + j % vec)})
+        return fragment
+
+    # Per-element terms of the reductions, as functions of (g, j) for reduce_row.
+    def values_of(raw):
+        return lambda g, j: value(raw, g, j)
+
+    def statistic_terms(raw, mean):
+        def term(g, j):
+            c = centered(raw, mean, g, j)
+            return T.abs(c) if spec.stat == "l1" else c * c
+        return term
+
+    def magnitudes(raw, mean, stat, W, B, Shift, Scale, row):
+        def term(g, j):
+            y = T.abs(normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j))
+            return T.if_then_else(j < n, y, 0.0) if masked else y
+        return term
+
+    combine = {"sum": lambda a, b: a + b, "max": T.max}
+    warp_reduce = {"sum": T.warp_reduce_sum, "max": T.warp_reduce_max}
+
+    @T.macro
+    def reduce_row(term, out, kind):
+        """out[g] = the sum (or max) of term(g, j) over each group's j (terms are non-negative for max)."""
+        if plain:
+            part = T.alloc_fragment((threads,), F32)
+            warp_results = T.alloc_shared((threads // 32,), F32)
+            T.annotate_layout({part: T.Fragment((threads,), forward_thread_fn=lambda t: t, forward_index_fn=lambda t: 0)})
+            for t in T.Parallel(threads):
+                part[t] = 0.0
+                for k in T.unroll(vectors_per_thread):  # unrolled: the row stays in registers
+                    for v in T.unroll(vec):
+                        part[t] = combine[kind](part[t], term(0, (k * threads + t) * vec + v))
+                part[t] = warp_reduce[kind](part[t])
+                if t % 32 == 0:
+                    warp_results[t // 32] = part[t]
+            T.sync_threads()
+            for g in T.Parallel(G):
+                out[g] = 0.0
+                for w in T.unroll(threads // 32):
+                    out[g] = combine[kind](out[g], warp_results[w])
+        else:
+            acc = T.alloc_fragment((G, m), F32)
+            for g, j in T.Parallel(G, m):
+                acc[g, j] = term(g, j)
+            if kind == "sum":
+                T.reduce_sum(acc, out, dim=1)
+            else:
+                T.reduce_max(acc, out, dim=1)
+
     @T.macro
     def normalize_row(X, W, B, R, Shift, Scale, Gain, Y, Q, S, row):
         # Only the row's raw 16-bit values stay live across the block reductions; every f32 value
         # is recomputed from them where needed. Half the registers of an f32 copy, so more rows
         # are in flight per SM (the bound on these memory-bound kernels).
-        raw = T.alloc_fragment((G, m), dt)
-        acc = T.alloc_fragment((G, m), F32)
+        raw = row_fragment(dt)
         stat = T.alloc_fragment((G,), F32)
         mean = T.alloc_fragment((G,), F32)
         for g, j in T.Parallel(G, m):
             raw[g, j] = X[at(row, g, j)]
         if prefetch and spec.weight is not None:
-            W_row = T.alloc_fragment((G, m), dt)
+            W_row = row_fragment(dt)
             for g, j in T.Parallel(G, m):
                 W_row[g, j] = W[col(g, j)]
         if prefetch and spec.bias:
-            B_row = T.alloc_fragment((G, m), dt)
+            B_row = row_fragment(dt)
             for g, j in T.Parallel(G, m):
                 B_row[g, j] = B[col(g, j)]
         if prefetch:
             W, B = W_row if spec.weight is not None else W, B_row if spec.bias else B
+        if prefetch and spec.stat == "l2_gain":
+            gain = T.alloc_fragment((1,), F32)
+            gain[0] = T.Cast(F32, Gain[row, 0])
         if spec.residual:
             for g, j in T.Parallel(G, m):
                 raw[g, j] = T.Cast(dt, T.Cast(F32, raw[g, j]) + T.Cast(F32, R[at(row, g, j)]))
@@ -202,15 +278,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 if not masked or j < n:
                     R[at(row, g, j)] = raw[g, j]
         if spec.stat == "meanvar":
-            for g, j in T.Parallel(G, m):
-                acc[g, j] = value(raw, g, j)
-            T.reduce_sum(acc, mean, dim=1)
+            reduce_row(values_of(raw), mean, "sum")
             for g in T.Parallel(G):
                 mean[g] = mean[g] / n
-        for g, j in T.Parallel(G, m):
-            c = centered(raw, mean, g, j)
-            acc[g, j] = T.abs(c) if spec.stat == "l1" else c * c
-        T.reduce_sum(acc, stat, dim=1)
+        reduce_row(statistic_terms(raw, mean), stat, "sum")
         if segs > 1:
             joint = T.alloc_fragment((1,), F32)
             T.reduce_sum(stat, joint, dim=0)
@@ -224,7 +295,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             elif spec.stat == "l1":
                 stat[g] = 1.0 / T.max(stat[g], spec.eps)
             else:  # l2_gain
-                stat[g] = T.Cast(F32, Gain[row, 0]) / T.sqrt(stat[g])
+                stat[g] = (gain[0] if prefetch else T.Cast(F32, Gain[row, 0])) / T.sqrt(stat[g])
         if spec.quant_min_scale is None:
             for g, j in T.Parallel(G, m):
                 raw[g, j] = T.Cast(dt, normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j))
@@ -232,12 +303,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 if not masked or j < n:
                     Y[at(row, g, j)] = raw[g, j]
         else:
-            q = T.alloc_fragment((G, m), "int8")
+            q = row_fragment("int8")
             scale = T.alloc_fragment((G,), F32)
-            for g, j in T.Parallel(G, m):
-                y = T.abs(normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j))
-                acc[g, j] = T.if_then_else(j < n, y, 0.0) if masked else y
-            T.reduce_max(acc, scale, dim=1)  # of |y|: the absmax
+            reduce_row(magnitudes(raw, mean, stat, W, B, Shift, Scale, row), scale, "max")  # the absmax
             for g in T.Parallel(G):
                 scale[g] = T.max(scale[g] / 127.0, spec.quant_min_scale)
                 S[row, 0] = scale[g]
@@ -301,4 +369,4 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         outputs = {"y": dtype}
     return KernelSpec(main, tuple(params), outputs, returns,
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "rows_per_block": 1, "padded_to": padded,
-                       "masked": masked})
+                       "masked": masked, "prefetch": prefetch, "warp_reduce": plain})

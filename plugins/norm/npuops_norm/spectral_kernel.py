@@ -1,20 +1,24 @@
 """TileLang kernels for one spectral-norm power iteration (SpectralNormPowerIterFwd).
 
 W [R, C] is read three times — nothing less is possible: v' needs all of Wᵀu before W v' can
-start, and W / sigma needs all of W v' — and written once. Five launches, all f32 inside:
+start, and W / sigma needs all of W v' — and written once. The norms are deferred to scalars so
+that every pass over W or over a vector spreads across the GPU; one small block does the scalar
+work. With t = Wᵀu, nt = max(||t||, eps) and z = W t, v' = t / nt and s = W v' = z / nt:
 
-1. column partials  P[k, c] = Σ_{r in row chunk k} W[r, c] u[r]   (grid: column tiles × row chunks)
-2. v' = t / max(||t||, eps), t = Σ_k P[k, :]                       (one block)
-3. s = W v'                                                        (one block per row)
-4. u' = s / max(||s||, eps), sigma = u'·s                           (one block)
-5. out = W / sigma                                                 (one block per row)
+1. column partials  P[k, c] = Σ_{r in row chunk k} W[r, c] u[r]   (column tiles × row chunks;
+   each thread keeps ROW_UNROLL rows' loads in flight)
+2. t = Σ_k P[k, :] and per-tile sums of t²                        (one block per column tile)
+3. z = W t                                                        (one block per row)
+4. nt, s = z / nt, u' = s / max(||s||, eps), sigma = u'·s = ||s||² / max(||s||, eps),
+   v' = t / nt written out                                        (one block)
+5. out = W / sigma, rows in the reverse of pass 3's order so the rows pass 3 read last (the
+   likeliest still in L2) are read first                          (one block per row)
 
-A single row (R == 1, the decode workloads) is one block doing all of it in registers.
+A single row (R == 1, the decode workloads) is one block: with w = W[0] and u0 = u[0],
+t = u0 w, so ||t||² = u0² ||w||², s = w·v' = u0 ||w||² / nt and sigma follow from one reduction.
 
 Launch variants (``npuops run --tune``): threads of the per-row kernels (3, 5 and the single row)
-and row chunks of the column partials; the default comes first. The row kernels' sweep found
-1024-thread blocks 40-80% slower than ~32 elements per thread there; whether that holds here is
-for a tuning run to say.
+and row chunks of the column partials; the default comes first.
 
 TileLang is imported when a kernel is built. (No ``from __future__ import annotations`` here:
 TileLang evaluates the prim_funcs' tensor annotations, which must see the enclosing shapes.)
@@ -28,8 +32,11 @@ from npuops.kernels import compile_kernel, tilelang_dtype
 
 F32 = "float32"
 COLUMN_TILE = 2048  # columns per block of the column-partial kernel (256 threads x 8)
-ROW_CHUNKS = 16  # row chunks of the column partials: 8 x 16 blocks for 16384 columns
-THREADS = 1024  # threads of the one-block kernels (2, 4) and the default of the per-row ones
+ROW_CHUNKS = 16  # the fewest row chunks of the column partials
+COLUMN_PARTIAL_BLOCKS = 256  # about two blocks per SM
+ROW_UNROLL = 8  # rows of W each column-partial thread has in flight (one 16-byte load each)
+SUM_TILE = 256  # columns per block summing the partials (64 threads x 4)
+THREADS = 1024  # threads of the one-block kernels and the default of the per-row ones
 
 
 def unsupported(rows: int, cols: int) -> str | None:
@@ -41,12 +48,21 @@ def unsupported(rows: int, cols: int) -> str | None:
     return None
 
 
+def default_row_chunks(rows: int, cols: int) -> int:
+    """Row chunks of the column partials: about COLUMN_PARTIAL_BLOCKS blocks, at least ROW_CHUNKS
+    chunks and at least ROW_UNROLL rows each."""
+    return min(rows // ROW_UNROLL, max(ROW_CHUNKS, COLUMN_PARTIAL_BLOCKS // (cols // COLUMN_TILE)))
+
+
 def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     """Launch configurations ``npuops run --tune`` chooses among, the default first."""
     if rows == 1:
         return [{"threads": t} for t in (THREADS, THREADS // 2, THREADS // 4)]
-    return [{"threads": t, "row_chunks": k} for t, k in ((THREADS, ROW_CHUNKS), (THREADS // 2, ROW_CHUNKS),
-                                                          (THREADS // 4, ROW_CHUNKS), (THREADS // 4, ROW_CHUNKS * 4))]
+    chunks = default_row_chunks(rows, cols)
+    pairs = [(THREADS, chunks), (THREADS // 2, chunks), (THREADS // 4, chunks), (THREADS, chunks // 2)]
+    if chunks * 2 * ROW_UNROLL <= rows:
+        pairs.append((THREADS, chunks * 2))
+    return [{"threads": t, "row_chunks": k} for t, k in pairs]
 
 
 def _single_row(cols: int, dt: str, eps: float, threads: int = THREADS):
@@ -57,27 +73,25 @@ def _single_row(cols: int, dt: str, eps: float, threads: int = THREADS):
              UOut: T.Tensor((1,), dt), VOut: T.Tensor((cols,), dt)):
         with T.Kernel(1, threads=threads) as _:
             w = T.alloc_fragment((cols,), F32)
-            t = T.alloc_fragment((cols,), F32)
-            total = T.alloc_fragment((1,), F32)
+            sq = T.alloc_fragment((cols,), F32)
+            ww = T.alloc_fragment((1,), F32)
             for c in T.Parallel(cols):
                 w[c] = T.Cast(F32, W[0, c])
-                t[c] = w[c] * T.Cast(F32, U[0]) * w[c] * T.Cast(F32, U[0])
-            T.reduce_sum(t, total, dim=0)  # ||Wᵀu||²
+                sq[c] = w[c] * w[c]
+            T.reduce_sum(sq, ww, dim=0)  # ||w||²
+            u0 = T.Cast(F32, U[0])
+            nt = T.max(T.sqrt(u0 * u0 * ww[0]), eps)  # ||t||, t = u0 w
+            s = u0 * ww[0] / nt  # w·v'
+            u_new = s / T.max(T.abs(s), eps)
             for c in T.Parallel(cols):
-                t[c] = w[c] * T.Cast(F32, U[0]) / T.max(T.sqrt(total[0]), eps)  # v'
-                VOut[c] = T.Cast(dt, t[c])
-            for c in T.Parallel(cols):
-                t[c] = w[c] * t[c]
-            T.reduce_sum(t, total, dim=0)  # s = w·v'
-            # u' = s / max(|s|, eps) and sigma = u' s
-            for c in T.Parallel(cols):
-                Out[0, c] = T.Cast(dt, w[c] / (total[0] / T.max(T.abs(total[0]), eps) * total[0]))
-            UOut[0] = T.Cast(dt, total[0] / T.max(T.abs(total[0]), eps))
+                VOut[c] = T.Cast(dt, w[c] * u0 / nt)
+                Out[0, c] = T.Cast(dt, w[c] / (u_new * s))
+            UOut[0] = T.Cast(dt, u_new)
 
     return main
 
 
-def _column_partials(rows: int, cols: int, dt: str, row_chunks: int = ROW_CHUNKS):
+def _column_partials(rows: int, cols: int, dt: str, row_chunks: int):
     import tilelang.language as T
 
     chunk = rows // row_chunks
@@ -86,35 +100,39 @@ def _column_partials(rows: int, cols: int, dt: str, row_chunks: int = ROW_CHUNKS
     def main(W: T.Tensor((rows, cols), dt), U: T.Tensor((rows,), dt), P: T.Tensor((row_chunks, cols), F32)):
         with T.Kernel(cols // COLUMN_TILE, row_chunks, threads=COLUMN_TILE // 8) as (bc, k):
             acc = T.alloc_fragment((COLUMN_TILE,), F32)
-            T.clear(acc)
-            for r in T.serial(chunk):
-                for c in T.Parallel(COLUMN_TILE):
-                    acc[c] += T.Cast(F32, W[k * chunk + r, bc * COLUMN_TILE + c]) * T.Cast(F32, U[k * chunk + r])
+            for c in T.Parallel(COLUMN_TILE):
+                acc[c] = 0.0
+            for step in T.serial(chunk // ROW_UNROLL):
+                for i in T.unroll(ROW_UNROLL):
+                    for c in T.Parallel(COLUMN_TILE):
+                        r = k * chunk + step * ROW_UNROLL + i
+                        acc[c] += T.Cast(F32, W[r, bc * COLUMN_TILE + c]) * T.Cast(F32, U[r])
             for c in T.Parallel(COLUMN_TILE):
                 P[k, bc * COLUMN_TILE + c] = acc[c]
 
     return main
 
 
-def _normalize_v(cols: int, dt: str, eps: float, row_chunks: int = ROW_CHUNKS):
+def _sum_partials(cols: int, row_chunks: int):
     import tilelang.language as T
 
     @T.prim_func
-    def main(P: T.Tensor((row_chunks, cols), F32), V: T.Tensor((cols,), F32), VOut: T.Tensor((cols,), dt)):
-        with T.Kernel(1, threads=THREADS) as _:
-            t = T.alloc_fragment((cols,), F32)
-            sq = T.alloc_fragment((cols,), F32)
+    def main(P: T.Tensor((row_chunks, cols), F32), Tv: T.Tensor((cols,), F32),
+             Squares: T.Tensor((cols // SUM_TILE,), F32)):
+        with T.Kernel(cols // SUM_TILE, threads=SUM_TILE // 4) as b:
+            t = T.alloc_fragment((SUM_TILE,), F32)
+            sq = T.alloc_fragment((SUM_TILE,), F32)
             total = T.alloc_fragment((1,), F32)
-            T.clear(t)
-            for k in T.serial(row_chunks):
-                for c in T.Parallel(cols):
-                    t[c] += P[k, c]
-            for c in T.Parallel(cols):
+            for c in T.Parallel(SUM_TILE):
+                t[c] = 0.0
+            for k in T.unroll(row_chunks):
+                for c in T.Parallel(SUM_TILE):
+                    t[c] += P[k, b * SUM_TILE + c]
+            for c in T.Parallel(SUM_TILE):
+                Tv[b * SUM_TILE + c] = t[c]
                 sq[c] = t[c] * t[c]
             T.reduce_sum(sq, total, dim=0)
-            for c in T.Parallel(cols):
-                V[c] = t[c] / T.max(T.sqrt(total[0]), eps)
-                VOut[c] = T.Cast(dt, t[c] / T.max(T.sqrt(total[0]), eps))
+            Squares[b] = total[0]
 
     return main
 
@@ -123,35 +141,45 @@ def _row_dots(rows: int, cols: int, dt: str, threads: int = THREADS):
     import tilelang.language as T
 
     @T.prim_func
-    def main(W: T.Tensor((rows, cols), dt), V: T.Tensor((cols,), F32), S: T.Tensor((rows,), F32)):
+    def main(W: T.Tensor((rows, cols), dt), Tv: T.Tensor((cols,), F32), Z: T.Tensor((rows,), F32)):
         with T.Kernel(rows, threads=threads) as r:
             prod = T.alloc_fragment((cols,), F32)
             total = T.alloc_fragment((1,), F32)
             for c in T.Parallel(cols):
-                prod[c] = T.Cast(F32, W[r, c]) * V[c]
+                prod[c] = T.Cast(F32, W[r, c]) * Tv[c]
             T.reduce_sum(prod, total, dim=0)
-            S[r] = total[0]
+            Z[r] = total[0]
 
     return main
 
 
-def _normalize_u(rows: int, dt: str, eps: float):
+def _finish(rows: int, cols: int, dt: str, eps: float):
     import tilelang.language as T
 
+    tiles = cols // SUM_TILE
+
     @T.prim_func
-    def main(S: T.Tensor((rows,), F32), UOut: T.Tensor((rows,), dt), Sigma: T.Tensor((1,), F32)):
+    def main(Z: T.Tensor((rows,), F32), Tv: T.Tensor((cols,), F32), Squares: T.Tensor((tiles,), F32),
+             UOut: T.Tensor((rows,), dt), VOut: T.Tensor((cols,), dt), Sigma: T.Tensor((1,), F32)):
         with T.Kernel(1, threads=THREADS) as _:
-            s = T.alloc_fragment((rows,), F32)
-            sq = T.alloc_fragment((rows,), F32)
-            total = T.alloc_fragment((1,), F32)
+            tt = T.alloc_local((1,), F32)
+            z = T.alloc_fragment((rows,), F32)
+            sq_z = T.alloc_fragment((rows,), F32)
+            zz = T.alloc_fragment((1,), F32)
+            tt[0] = 0.0
+            for i in T.serial(tiles):  # a few dozen tiles: every thread sums them
+                tt[0] += Squares[i]
             for r in T.Parallel(rows):
-                s[r] = S[r]
-                sq[r] = s[r] * s[r]
-            T.reduce_sum(sq, total, dim=0)
+                z[r] = Z[r]
+                sq_z[r] = z[r] * z[r]
+            T.reduce_sum(sq_z, zz, dim=0)  # ||z||²
+            nt = T.max(T.sqrt(tt[0]), eps)  # ||t||
+            ns = T.sqrt(zz[0]) / nt  # ||s||, s = z / nt
             for r in T.Parallel(rows):
-                UOut[r] = T.Cast(dt, s[r] / T.max(T.sqrt(total[0]), eps))
-            # sigma = u'·s = ||s||² / max(||s||, eps)
-            Sigma[0] = total[0] / T.max(T.sqrt(total[0]), eps)
+                UOut[r] = T.Cast(dt, z[r] / nt / T.max(ns, eps))
+            for c in T.Parallel(cols):
+                VOut[c] = T.Cast(dt, Tv[c] / nt)
+            Sigma[0] = ns * ns / T.max(ns, eps)
 
     return main
 
@@ -161,19 +189,20 @@ def _scale(rows: int, cols: int, dt: str, threads: int = THREADS):
 
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), Sigma: T.Tensor((1,), F32), Out: T.Tensor((rows, cols), dt)):
-        with T.Kernel(rows, threads=threads) as r:
+        with T.Kernel(rows, threads=threads) as b:
             for c in T.Parallel(cols):
-                Out[r, c] = T.Cast(dt, T.Cast(F32, W[r, c]) / Sigma[0])
+                Out[rows - 1 - b, c] = T.Cast(dt, T.Cast(F32, W[rows - 1 - b, c]) / Sigma[0])
 
     return main
 
 
 def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float, device: torch.device,
-                          threads: int = THREADS, row_chunks: int = ROW_CHUNKS) -> Callable:
+                          threads: int = THREADS, row_chunks: int | None = None) -> Callable:
     """fn(weight, u, v) -> (weight / sigma, u', v'); v is not read (v' depends on W and u only).
     ``threads`` and ``row_chunks``: a launch configuration from :func:`launch_variants`."""
     rows, cols = shape
     dt = tilelang_dtype(dtype)
+    row_chunks = row_chunks or default_row_chunks(rows, cols)
     if rows == 1:
         kernel = compile_kernel(_single_row(cols, dt, eps, threads))
 
@@ -186,22 +215,24 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
         one_row.config = {"kernels": 1, "threads": threads}
         return one_row
 
-    partials, normalize_v, row_dots, normalize_u, scale = (
-        compile_kernel(_column_partials(rows, cols, dt, row_chunks)), compile_kernel(_normalize_v(cols, dt, eps, row_chunks)),
-        compile_kernel(_row_dots(rows, cols, dt, threads)), compile_kernel(_normalize_u(rows, dt, eps)),
+    partials, sum_partials, row_dots, finish, scale = (
+        compile_kernel(_column_partials(rows, cols, dt, row_chunks)), compile_kernel(_sum_partials(cols, row_chunks)),
+        compile_kernel(_row_dots(rows, cols, dt, threads)), compile_kernel(_finish(rows, cols, dt, eps)),
         compile_kernel(_scale(rows, cols, dt, threads)))
 
     def power_iteration(weight, u, v):
         f32 = dict(dtype=torch.float32, device=weight.device)
-        p, v_f32, s, sigma = (torch.empty((row_chunks, cols), **f32), torch.empty(cols, **f32),
-                              torch.empty(rows, **f32), torch.empty(1, **f32))
+        p, t, squares, z, sigma = (torch.empty((row_chunks, cols), **f32), torch.empty(cols, **f32),
+                                   torch.empty(cols // SUM_TILE, **f32), torch.empty(rows, **f32),
+                                   torch.empty(1, **f32))
         out, u_out, v_out = torch.empty_like(weight), torch.empty_like(u), torch.empty_like(v)
         partials(weight, u, p)
-        normalize_v(p, v_f32, v_out)
-        row_dots(weight, v_f32, s)
-        normalize_u(s, u_out, sigma)
+        sum_partials(p, t, squares)
+        row_dots(weight, t, z)
+        finish(z, t, squares, u_out, v_out, sigma)
         scale(weight, sigma, out)
         return out, u_out, v_out
 
-    power_iteration.config = {"kernels": 5, "threads": threads, "column_tile": COLUMN_TILE, "row_chunks": row_chunks}
+    power_iteration.config = {"kernels": 5, "threads": threads, "column_tile": COLUMN_TILE, "row_chunks": row_chunks,
+                              "row_unroll": ROW_UNROLL}
     return power_iteration

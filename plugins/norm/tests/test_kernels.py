@@ -63,12 +63,24 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
         variants = sk.launch_variants(rows, cols)
         assert len({tuple(v.items()) for v in variants}) == len(variants) > 1
         for config in (variants[0], variants[-1]):
-            threads, chunks = config["threads"], config.get("row_chunks", sk.ROW_CHUNKS)
+            threads = config["threads"]
             kernels = [sk._single_row(cols, dt, 1e-12, threads)] if rows == 1 else [
-                sk._column_partials(rows, cols, dt, chunks), sk._normalize_v(cols, dt, 1e-12, chunks),
-                sk._row_dots(rows, cols, dt, threads), sk._normalize_u(rows, dt, 1e-12), sk._scale(rows, cols, dt, threads)]
+                sk._column_partials(rows, cols, dt, config["row_chunks"]), sk._sum_partials(cols, config["row_chunks"]),
+                sk._row_dots(rows, cols, dt, threads), sk._finish(rows, cols, dt, 1e-12), sk._scale(rows, cols, dt, threads)]
             for prim_func in kernels:
                 assert "__global__" in compile_kernel(prim_func, arch="sm_90").get_kernel_source()
+
+
+def test_spectral_norm_column_partials_cover_the_gpu_evenly():
+    """About two blocks per SM on every catalog width, each chunk a whole number of unrolled steps."""
+    from npuops_norm import spectral_kernel as sk
+
+    for cols in (4096, 8192, 16384):
+        for config in sk.launch_variants(2048, cols):
+            chunks = config["row_chunks"]
+            assert 2048 % (chunks * sk.ROW_UNROLL) == 0
+        chunks = sk.default_row_chunks(2048, cols)
+        assert cols // sk.COLUMN_TILE * chunks == sk.COLUMN_PARTIAL_BLOCKS
 
 
 @pytest.mark.parametrize("op_name", ROW_KERNEL_OPS)
@@ -152,16 +164,29 @@ def test_launch_rule(rows, hidden, threads):
     assert config["threads"] == threads and config["min_blocks_per_sm"] == (2 if rows > 8 else 1)
 
 
-@pytest.mark.parametrize("rows,early", [(1, True), (2048, False)])
-def test_few_rows_load_the_weight_with_the_row(rows, early):
+@pytest.mark.parametrize("rows,prefetch,early", [(1, None, True), (2048, None, False), (2048, True, True)])
+def test_few_rows_load_the_weight_with_the_row(rows, prefetch, early):
     """Decode rows issue the weight's loads before the block reduction, so the two DRAM latencies
-    overlap; many-row kernels read it (L2-resident) after, keeping registers for resident rows."""
+    overlap; many-row kernels read it (L2-resident) after, keeping registers for resident rows,
+    unless the launch asks for it early (a tuning variant)."""
     from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
 
-    spec = rowwise_kernel(RowNorm("rms", 1e-6, weight="w"), (rows, 4096), torch.bfloat16)
+    spec = rowwise_kernel(RowNorm("rms", 1e-6, weight="w"), (rows, 4096), torch.bfloat16, prefetch=prefetch)
     source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
     body = source[source.index("__launch_bounds__"):]
-    assert (body.index("(W +") < body.index("AllReduce")) == early
+    assert (body.index("(W +") < body.index("__syncthreads")) == early
+
+
+@pytest.mark.parametrize("hidden,threads,barriers", [(4096, 256, 1), (1000, 64, 1), (8192, 1024, 1)])
+def test_plain_rows_reduce_through_one_barrier(hidden, threads, barriers):
+    """A plain row's sum: warp shuffles, then one exchange of the warps' sums through shared memory
+    (TileLang's block all-reduce would take two barriers per power of two from threads/2 to 32)."""
+    from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
+
+    spec = rowwise_kernel(RowNorm("rms", 1e-6, weight="w"), (3, hidden), torch.bfloat16, threads=threads)
+    source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+    assert source.count("__syncthreads()") == barriers and "AllReduce" not in source
+    assert source.count("warp_reduce_sum") == 1
 
 
 def test_launch_variants_start_with_the_rule_and_each_compiles():
