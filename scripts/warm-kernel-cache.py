@@ -66,11 +66,14 @@ def main() -> int:
         if archive.exists() and not args.fresh:
             subprocess.run(["tar", "-C", cache, "-xJf", str(archive)], check=True)
         os.environ.update(TILELANG_CACHE_DIR=cache, NPUOPS_CUDA_ARCH=ARCH)
-        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for done, error in enumerate(pool.map(build, [(key, args.variants) for key in keys]), 1):
-                print(f"[{done}/{len(keys)}] {error or 'ok'}", file=sys.stderr if error else sys.stdout, flush=True)
-        subprocess.run(["tar", "-C", cache, "-cJf", str(archive), "."], check=True)
-    print(f"wrote {archive} ({archive.stat().st_size / 2**20:.1f} MiB, {len(keys)} kernels)")
+        done = 0
+        try:
+            with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+                for done, error in enumerate(pool.map(build, [(key, args.variants) for key in keys]), 1):
+                    print(f"[{done}/{len(keys)}] {error or 'ok'}", file=sys.stderr if error else sys.stdout, flush=True)
+        finally:  # interrupted too: the kernels compiled so far are kept
+            subprocess.run(["tar", "-C", cache, "-cJf", str(archive), "."], check=True)
+            print(f"wrote {archive} ({archive.stat().st_size / 2**20:.1f} MiB, {done} of {len(keys)} workloads)")
     return 0
 
 
