@@ -8,3 +8,33 @@ def test_cuda_target_takes_the_arch_from_the_environment_without_a_gpu(monkeypat
     monkeypatch.setenv("NPUOPS_CUDA_ARCH", "sm_90")
     assert cuda_target() == {"kind": "cuda", "arch": "sm_90"}
     assert cuda_target("sm_80") == {"kind": "cuda", "arch": "sm_80"}  # an explicit arch wins
+
+
+def test_the_cpu_target_runs_a_kernel_whose_fragments_have_thread_layouts():
+    """A layout giving each GPU thread its own row (so it loads whole vectors) is dropped for the
+    CPU target, which runs a block's threads one after another: the kernel's logic still checks."""
+    import pytest
+
+    tilelang = pytest.importorskip("tilelang")
+    import tilelang.language as T
+    import torch
+
+    from npuops.kernels import CPU_TARGET, compile_kernel, without_layout_annotations
+
+    threads, width = 32, 4
+
+    @T.prim_func
+    def double(X: T.Tensor((threads, width), "float32"), Y: T.Tensor((threads, width), "float32")):
+        with T.Kernel(1, threads=threads) as _:
+            rows = T.alloc_fragment((threads, width), "float32")
+            T.annotate_layout({rows: T.Fragment((threads, width), forward_thread_fn=lambda t, c: t,
+                                                forward_index_fn=lambda t, c: c)})
+            for t, c in T.Parallel(threads, width):
+                rows[t, c] = X[t, c] * 2.0
+            for t, c in T.Parallel(threads, width):
+                Y[t, c] = rows[t, c]
+
+    assert "layout_map" in double.script() and "layout_map" not in without_layout_annotations(double).script()
+    x, y = torch.randn(threads, width), torch.full((threads, width), float("nan"))
+    compile_kernel(double, target=CPU_TARGET)(x, y)
+    assert torch.equal(y, x * 2)

@@ -52,8 +52,28 @@ def compile_kernel(prim_func: Any, arch: str | None = None, pass_configs: Mappin
     import tvm
 
     target = dict(target) if target else cuda_target(arch)
+    if target["kind"] != "cuda":
+        prim_func = without_layout_annotations(prim_func)
     with tvm.target.Target(target):  # lowering needs the target as context without a GPU
         return tilelang.compile(prim_func, target=target, pass_configs=dict(pass_configs or {}))
+
+
+def without_layout_annotations(prim_func: Any) -> Any:
+    """``prim_func`` without its ``T.annotate_layout`` fragment layouts. A layout that gives each
+    GPU thread its own elements (so that they load as whole vectors) cannot hold on the CPU target,
+    which runs a block's threads one after another in one thread: there TileLang infers the layouts
+    itself, and the kernel's logic is what the CPU checks."""
+    from tvm.tirx import SBlock
+    from tvm.tirx.stmt_functor import ir_transform
+
+    def strip(stmt):
+        if isinstance(stmt, SBlock) and "layout_map" in stmt.annotations:
+            annotations = {k: v for k, v in stmt.annotations.items() if k != "layout_map"}
+            return SBlock(stmt.iter_vars, stmt.reads, stmt.writes, stmt.name_hint, stmt.body, stmt.init,
+                          stmt.alloc_buffers, stmt.match_buffers, annotations)
+        return None
+
+    return prim_func.with_body(ir_transform(prim_func.body, None, strip, ["tirx.SBlock"]))
 
 
 def why_tilelang_cannot_run(device: Device) -> str | None:

@@ -345,23 +345,31 @@ def strips_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
         with T.Kernel(T.ceildiv(total, block), threads=block) as bx:
-            # Thread t holds taps[:, t, :] in both loops below.
+            # Thread t holds taps[:, t, :] in both loops below: its window rows' 16-byte vectors.
             taps = T.alloc_fragment((window_rows, block, width, kW), dt)
+            T.annotate_layout({taps: T.Fragment((window_rows, block, width, kW), forward_thread_fn=lambda r, t, c, k: t,
+                                                forward_index_fn=lambda r, t, c, k: (r * width + c) * kW + k)})
+            # ... and its strip's outputs, stored as one vector.
+            strip = T.alloc_fragment((block, width), dt)
+            T.annotate_layout({strip: T.Fragment((block, width), forward_thread_fn=lambda t, c: t,
+                                                 forward_index_fn=lambda t, c: c)})
             acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
             for r in T.unroll(window_rows):
                 for t, c, k in T.Parallel(block, width, kW):
                     plane, od, oh, ow = strip_of(T.min(bx * block + t, total - 1))
                     taps[r, t, c, k] = X[plane, od * kD + r // kH, oh * kH + r % kH, (ow + c) * kW + k]
             for t, c in T.Parallel(block, width):
+                plane, od, oh, ow = strip_of(bx * block + t)
+                acc = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+                for r, k in T.grid(window_rows, kW):
+                    v = T.Cast(F32, taps[r, t, c, k])
+                    acc = _accumulate(spec, acc, v)
+                starts = (od * kD, oh * kH, (ow + c) * kW)
+                strip[t, c] = T.Cast(dt, _result(spec, acc, starts, (D, H, W), (kD, kH, kW), (D, H, W), (0, 0, 0)))
+            for t, c in T.Parallel(block, width):
                 if bx * block + t < total:
                     plane, od, oh, ow = strip_of(bx * block + t)
-                    acc = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
-                    for r, k in T.grid(window_rows, kW):
-                        v = T.Cast(F32, taps[r, t, c, k])
-                        acc = _accumulate(spec, acc, v)
-                    starts = (od * kD, oh * kH, (ow + c) * kW)
-                    Y[plane, od, oh, ow + c] = T.Cast(dt, _result(spec, acc, starts, (D, H, W), (kD, kH, kW),
-                                                                  (D, H, W), (0, 0, 0)))
+                    Y[plane, od, oh, ow + c] = strip[t, c]
 
     return KernelSpec(
         main,
