@@ -11,15 +11,16 @@ def test_cuda_target_takes_the_arch_from_the_environment_without_a_gpu(monkeypat
 
 
 def test_the_cpu_target_runs_a_kernel_whose_fragments_have_thread_layouts():
-    """A layout giving each GPU thread its own row (so it loads whole vectors) is dropped for the
-    CPU target, which runs a block's threads one after another: the kernel's logic still checks."""
+    """A layout giving each GPU thread its own row (so it loads whole vectors) is replaced for the
+    CPU target, which runs a block's threads one after another (kept, it gives wrong results there):
+    the kernel's logic still checks."""
     import pytest
 
     tilelang = pytest.importorskip("tilelang")
     import tilelang.language as T
     import torch
 
-    from npuops.kernels import CPU_TARGET, compile_kernel, without_layout_annotations
+    from npuops.kernels import CPU_TARGET, compile_kernel
 
     threads, width = 32, 4
 
@@ -34,7 +35,6 @@ def test_the_cpu_target_runs_a_kernel_whose_fragments_have_thread_layouts():
             for t, c in T.Parallel(threads, width):
                 Y[t, c] = rows[t, c]
 
-    assert "layout_map" in double.script() and "layout_map" not in without_layout_annotations(double).script()
     x, y = torch.randn(threads, width), torch.full((threads, width), float("nan"))
     compile_kernel(double, target=CPU_TARGET)(x, y)
     assert torch.equal(y, x * 2)

@@ -59,21 +59,31 @@ def compile_kernel(prim_func: Any, arch: str | None = None, pass_configs: Mappin
 
 
 def without_layout_annotations(prim_func: Any) -> Any:
-    """``prim_func`` without its ``T.annotate_layout`` fragment layouts. A layout that gives each
-    GPU thread its own elements (so that they load as whole vectors) cannot hold on the CPU target,
-    which runs a block's threads one after another in one thread: there TileLang infers the layouts
-    itself, and the kernel's logic is what the CPU checks."""
+    """``prim_func`` with its ``T.annotate_layout`` fragment layouts replaced by one thread holding
+    each fragment whole. A layout that gives each GPU thread its own elements (so that they load as
+    whole vectors) cannot hold on the CPU target, which runs a block's threads one after another in
+    one thread; the kernel's logic, which is what the CPU checks, does not depend on it."""
+    import math
+
+    from tilelang.layout import Fragment
     from tvm.tirx import SBlock
     from tvm.tirx.stmt_functor import ir_transform
 
-    def strip(stmt):
+    def whole(layout):
+        shape = [int(n) for n in layout.get_input_shape()]
+        strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+        return Fragment(shape, forward_thread_fn=lambda *i: 0,
+                        forward_index_fn=lambda *i: sum(x * s for x, s in zip(i, strides, strict=True)))
+
+    def rewrite(stmt):
         if isinstance(stmt, SBlock) and "layout_map" in stmt.annotations:
-            annotations = {k: v for k, v in stmt.annotations.items() if k != "layout_map"}
+            annotations = dict(stmt.annotations)
+            annotations["layout_map"] = {var: whole(layout) for var, layout in annotations["layout_map"].items()}
             return SBlock(stmt.iter_vars, stmt.reads, stmt.writes, stmt.name_hint, stmt.body, stmt.init,
                           stmt.alloc_buffers, stmt.match_buffers, annotations)
         return None
 
-    return prim_func.with_body(ir_transform(prim_func.body, None, strip, ["tirx.SBlock"]))
+    return prim_func.with_body(ir_transform(prim_func.body, None, rewrite, ["tirx.SBlock"]))
 
 
 def why_tilelang_cannot_run(device: Device) -> str | None:

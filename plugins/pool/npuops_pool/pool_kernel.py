@@ -1,7 +1,8 @@
 """The TileLang pooling kernels of this plugin, chosen by :func:`pool_kernel` (``kernel`` in a
 launch config): ``"rows"`` for sliding windows, ``"window"`` for adaptive windows (and as a tuning
 fallback), ``"planes"`` for windows that are the whole input (global pooling), ``"strips"`` (a
-launch variant) for windows that tile the input.
+launch variant) for windows that tile the input, ``"vectors"`` (a launch variant) for sliding windows
+over rows of whole 16-byte vectors.
 
 Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
 input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1). Max propagates NaN
@@ -126,7 +127,7 @@ def default_tile(spec: Pooling, dtype: torch.dtype, outputs: int = OUTPUTS_PER_B
 
 def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, kernel: str | None = None,
                 threads: int | None = None, rows: int | None = None, cols: int | None = None,
-                predicated: bool = False) -> KernelSpec:
+                predicated: bool = False, outputs: int | None = None) -> KernelSpec:
     """The kernel for ``spec``: the default's, or the one a launch config from
     :func:`launch_variants` names (``rows`` x ``cols`` is the tile of a "rows" kernel)."""
     if kernel is None:
@@ -138,6 +139,8 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
         return rows_kernel(spec, input_shape, dtype, threads or BLOCK, *tile)
     if kernel == "strips":
         return strips_kernel(spec, input_shape, dtype, threads or BLOCK)
+    if kernel == "vectors":
+        return vectors_kernel(spec, input_shape, dtype, threads or BLOCK, outputs or vector_outputs(spec, dtype))
     return window_kernel(spec, input_shape, dtype, threads or BLOCK, predicated)
 
 
@@ -158,7 +161,11 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
             for (r, c) in dict.fromkeys(tiles) for t in (BLOCK, BLOCK // 2)]
     # After the default: measured within 0.2 us of the others where it applies (h200-s4b-pool-strips).
     strips = [{"kernel": "strips", "threads": t} for t in (BLOCK, BLOCK // 2)] if strip_width(spec, dtype) else []
-    return [*rows, *strips, *window[:1], *predicated] if prefers_rows(spec) else [*window[:1], *rows, *strips, *predicated]
+    outputs = vector_outputs(spec, dtype)
+    vectors = [{"kernel": "vectors", "threads": t, "outputs": outputs * m} for m in (1, 2) for t in (BLOCK // 2, BLOCK)
+               ] if outputs else []
+    first = [*rows, *strips, *window[:1]] if prefers_rows(spec) else [*window[:1], *rows, *strips]
+    return [*first, *vectors, *predicated]
 
 
 def prefers_rows(spec: Pooling) -> bool:
@@ -377,6 +384,86 @@ def strips_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
         {"output": dtype},
         (("output", (*input_shape[:2], *spec.spatial_out)),),
         {"kernel": "strips", "threads": block, "width": width},
+    )
+
+
+def vector_outputs(spec: Pooling, dtype: torch.dtype) -> int | None:
+    """Outputs per thread of the "vectors" kernel (None: it does not take ``spec``): sliding windows
+    over rows a whole number of 16-byte vectors long, whose first input column per thread
+    (``outputs * stride`` apart) stays on a vector boundary."""
+    vector = VECTOR_BYTES // dtype.itemsize
+    if spec.adaptive or covers_whole_input(spec) or spec.spatial_in[-1] % vector:
+        return None
+    stride = _sliding(spec)[1][2]
+    return max(4, vector // math.gcd(vector, stride))
+
+
+def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int,
+                   outputs: int) -> KernelSpec:
+    """Sliding windows, a thread per ``outputs`` adjacent outputs of an output row: for each window
+    row it loads the whole 16-byte vectors its windows span into registers (a vector past the
+    input's edge is loaded from the edge and masked), then reduces each window there, and stores
+    its outputs together. torch.compile's Triton kernel has this form with one output and a 2-byte
+    load per tap; here every load is a full vector and no shared memory or barrier is needed."""
+    import tilelang.language as T
+
+    dt = tilelang_dtype(dtype)
+    planes = math.prod(input_shape[:2])
+    D, H, W = _as_3d(spec.spatial_in, 1)
+    oD, oH, oW = _as_3d(spec.spatial_out, 1)
+    (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = taps_, stride, padding, _ = _sliding(spec)
+    vector = VECTOR_BYTES // dtype.itemsize
+    groups = -(-oW // outputs)
+    total = planes * oD * oH * groups
+    lead = -(-pW // vector) * vector  # columns loaded left of the first window's start column + pW
+    span = -(-(lead - pW + (outputs - 1) * sW + (kW - 1) * dW + 1) // vector) * vector
+    window_rows = kD * kH
+    identity = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+
+    def group_of(n):
+        """(plane, od, oh, first ow) of output group n."""
+        return n // (groups * oH * oD), (n // (groups * oH)) % oD, (n // groups) % oH, n % groups * outputs
+
+    @T.prim_func
+    def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
+        with T.Kernel(T.ceildiv(total, block), threads=block) as bx:
+            # Thread t holds taps[:, t, :] (its window rows' vectors) and result[t, :].
+            taps = T.alloc_fragment((window_rows, block, span), dt)
+            result = T.alloc_fragment((block, outputs), dt)
+            T.annotate_layout({
+                taps: T.Fragment((window_rows, block, span), forward_thread_fn=lambda r, t, e: t,
+                                 forward_index_fn=lambda r, t, e: r * span + e),
+                result: T.Fragment((block, outputs), forward_thread_fn=lambda t, c: t, forward_index_fn=lambda t, c: c),
+            })
+            acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
+            for r in T.unroll(window_rows):
+                for t, e in T.Parallel(block, span):
+                    plane, od, oh, ow0 = group_of(T.min(bx * block + t, total - 1))
+                    d = T.max(T.min(od * sD - pD + r // kH * dD, D - 1), 0)
+                    h = T.max(T.min(oh * sH - pH + r % kH * dH, H - 1), 0)
+                    chunk = T.max(T.min((ow0 * sW - lead) // vector + e // vector, W // vector - 1), 0)
+                    taps[r, t, e] = X[plane, d, h, chunk * vector + e % vector]
+            for t, c in T.Parallel(block, outputs):
+                plane, od, oh, ow0 = group_of(bx * block + t)
+                starts = (od * sD - pD, oh * sH - pH, (ow0 + c) * sW - pW)
+                acc = identity
+                for r, k in T.grid(window_rows, kW):
+                    d, h, w = starts[0] + r // kH * dD, starts[1] + r % kH * dH, starts[2] + k * dW
+                    v = T.Cast(F32, taps[r, t, c * sW + k * dW + lead - pW])
+                    inside = (d >= 0) & (d < D) & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+                    acc = T.if_then_else(inside, _accumulate(spec, acc, v), acc)
+                result[t, c] = T.Cast(dt, _result(spec, acc, starts, (D, H, W), taps_, (D, H, W), padding))
+            for t, c in T.Parallel(block, outputs):
+                plane, od, oh, ow0 = group_of(bx * block + t)
+                if bx * block + t < total and (oW % outputs == 0 or ow0 + c < oW):
+                    Y[plane, od, oh, ow0 + c] = result[t, c]
+
+    return KernelSpec(
+        main,
+        (("input", (planes, D, H, W)), ("output", (planes, oD, oH, oW))),
+        {"output": dtype},
+        (("output", (*input_shape[:2], *spec.spatial_out)),),
+        {"kernel": "vectors", "threads": block, "outputs": outputs, "span": span},
     )
 
 
