@@ -36,7 +36,9 @@ ROW_CHUNKS = 16  # the fewest row chunks of the column partials
 COLUMN_PARTIAL_BLOCKS = 256  # about two blocks per SM
 ROW_UNROLL = 8  # rows of W each column-partial thread has in flight (one 16-byte load each)
 SUM_TILE = 256  # columns per block summing the partials (64 threads x 4)
-THREADS = 1024  # threads of the one-block kernels and the default of the per-row ones
+THREADS = 1024  # threads of the one-block kernels
+ROW_THREADS = 512  # the default of the per-row kernels and the single row (fastest of 256-1024 on most
+#                    catalog workloads in h200-s7a; 256 on 4096 columns)
 
 
 def unsupported(rows: int, cols: int) -> str | None:
@@ -57,15 +59,15 @@ def default_row_chunks(rows: int, cols: int) -> int:
 def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     """Launch configurations ``npuops run --tune`` chooses among, the default first."""
     if rows == 1:
-        return [{"threads": t} for t in (THREADS, THREADS // 2, THREADS // 4)]
+        return [{"threads": t} for t in (ROW_THREADS, ROW_THREADS * 2, ROW_THREADS // 2)]
     chunks = default_row_chunks(rows, cols)
-    pairs = [(THREADS, chunks), (THREADS // 2, chunks), (THREADS // 4, chunks), (THREADS, chunks // 2)]
+    pairs = [(ROW_THREADS, chunks), (ROW_THREADS // 2, chunks), (ROW_THREADS * 2, chunks), (ROW_THREADS, chunks // 2)]
     if chunks * 2 * ROW_UNROLL <= rows:
-        pairs.append((THREADS, chunks * 2))
+        pairs.append((ROW_THREADS, chunks * 2))
     return [{"threads": t, "row_chunks": k} for t, k in pairs]
 
 
-def _single_row(cols: int, dt: str, eps: float, threads: int = THREADS):
+def _single_row(cols: int, dt: str, eps: float, threads: int = ROW_THREADS):
     import tilelang.language as T
 
     @T.prim_func
@@ -137,7 +139,7 @@ def _sum_partials(cols: int, row_chunks: int):
     return main
 
 
-def _row_dots(rows: int, cols: int, dt: str, threads: int = THREADS):
+def _row_dots(rows: int, cols: int, dt: str, threads: int = ROW_THREADS):
     import tilelang.language as T
 
     @T.prim_func
@@ -184,7 +186,7 @@ def _finish(rows: int, cols: int, dt: str, eps: float):
     return main
 
 
-def _scale(rows: int, cols: int, dt: str, threads: int = THREADS):
+def _scale(rows: int, cols: int, dt: str, threads: int = ROW_THREADS):
     import tilelang.language as T
 
     @T.prim_func
@@ -197,7 +199,7 @@ def _scale(rows: int, cols: int, dt: str, threads: int = THREADS):
 
 
 def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float, device: torch.device,
-                          threads: int = THREADS, row_chunks: int | None = None) -> Callable:
+                          threads: int = ROW_THREADS, row_chunks: int | None = None) -> Callable:
     """fn(weight, u, v) -> (weight / sigma, u', v'); v is not read (v' depends on W and u only).
     ``threads`` and ``row_chunks``: a launch configuration from :func:`launch_variants`."""
     rows, cols = shape

@@ -127,13 +127,13 @@ def default_tile(spec: Pooling, dtype: torch.dtype, outputs: int = OUTPUTS_PER_B
 
 def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, kernel: str | None = None,
                 threads: int | None = None, rows: int | None = None, cols: int | None = None,
-                predicated: bool = False, outputs: int | None = None) -> KernelSpec:
+                predicated: bool = False, outputs: int | None = None, staged: bool = True) -> KernelSpec:
     """The kernel for ``spec``: the default's, or the one a launch config from
     :func:`launch_variants` names (``rows`` x ``cols`` is the tile of a "rows" kernel)."""
     if kernel is None:
         return pool_kernel(spec, input_shape, dtype, **launch_variants(spec, dtype)[0])
     if kernel == "planes":
-        return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK)
+        return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK, staged)
     if kernel == "rows":
         tile = (rows, cols) if rows and cols else default_tile(spec, dtype)
         return rows_kernel(spec, input_shape, dtype, threads or BLOCK, *tile)
@@ -147,8 +147,10 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
 def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
     """Launch configs ``npuops run --tune`` chooses among, the default first."""
     if stages_planes(spec, dtype, PLANES_PER_BLOCK):
+        unstaged = [{"kernel": "planes", "threads": t, "staged": False} for t in (PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK)
+                    ] if loads_planes_whole(spec, dtype) else []
         return [{"kernel": "planes", "threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
-                if stages_planes(spec, dtype, t)]
+                if stages_planes(spec, dtype, t)] + unstaged
     window = [{"kernel": "window", "threads": t} for t in (BLOCK, BLOCK // 2, BLOCK * 2)]
     predicated = [{"kernel": "window", "threads": BLOCK, "predicated": True}]
     tile = default_tile(spec, dtype)
@@ -210,31 +212,44 @@ def _accumulate(spec: Pooling, acc, v):
     return acc + v
 
 
-def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int) -> KernelSpec:
-    """Global pooling. A thread per output walking its plane in global memory reads 32 planes per
-    warp instruction (uncoalesced: 0.31x torch.compile on a 128-long max pool), so a block first
-    copies PLANES_PER_BLOCK whole planes to shared memory with coalesced loads, then each thread
-    reduces one plane there (planes small enough for STAGED_BYTES; larger ones take the window
-    kernel)."""
+def loads_planes_whole(spec: Pooling, dtype: torch.dtype) -> bool:
+    """Whether a thread can load a whole plane as 16-byte vectors (the unstaged planes variant)."""
+    return covers_whole_input(spec) and math.prod(spec.spatial_in) * dtype.itemsize % VECTOR_BYTES == 0
+
+
+def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int,
+                       staged: bool = True) -> KernelSpec:
+    """Global pooling. A thread per output walking its plane in global memory with 2-byte loads
+    reads 32 planes per warp instruction (uncoalesced: 0.31x torch.compile on a 128-long max pool),
+    so a block first copies PLANES_PER_BLOCK whole planes to shared memory with coalesced loads,
+    then each thread reduces one plane there (planes small enough for STAGED_BYTES; larger ones
+    take the window kernel). Unstaged (a launch variant, for planes of whole 16-byte vectors): each
+    thread loads its plane into registers as vectors, a sixteenth of the load instructions, and
+    needs neither shared memory nor a barrier."""
     import tilelang.language as T
 
     dt = tilelang_dtype(dtype)
     planes, size = math.prod(input_shape[:2]), math.prod(input_shape[2:])
-    padded = staged_row(spec, dtype)
+    padded = staged_row(spec, dtype) if staged else size
     divisor = float(spec.divisor_override or size)  # the window is the input: no padding to count
 
     @T.prim_func
     def main(X: T.Tensor((planes, size), dt), Y: T.Tensor((planes, 1), dt)):
         with T.Kernel(T.ceildiv(planes, block), threads=block) as bx:
             # Tile-level form, as the window kernel: it also builds for TileLang's CPU target.
-            tile = T.alloc_shared((block, padded), dt)
+            if staged:
+                tile = T.alloc_shared((block, padded), dt)
+            else:
+                tile = T.alloc_fragment((block, size), dt)
+                T.annotate_layout({tile: T.Fragment((block, size), forward_thread_fn=lambda p, k: p,
+                                                    forward_index_fn=lambda p, k: k)})
             acc = T.alloc_fragment((block,), F32)
             for p, k in T.Parallel(block, size):
                 tile[p, k] = X[T.min(bx * block + p, planes - 1), k]
             for p in T.Parallel(block):
                 if bx * block + p < planes:
                     acc[p] = -T.infinity(F32) if spec.mode == "max" else 0.0
-                    for k in T.serial(size):
+                    for k in (T.serial if staged else T.unroll)(size):  # unrolled: registers
                         v = T.Cast(F32, tile[p, k])
                         if spec.mode == "max":
                             acc[p] = T.if_then_else(v > acc[p] or T.isnan(v), v, acc[p])
@@ -247,7 +262,7 @@ def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch
         (("input", (planes, size)), ("output", (planes, 1))),
         {"output": dtype},
         (("output", (*input_shape[:2], *spec.spatial_out)),),
-        {"kernel": "planes", "threads": block, "planes_per_block": block, "shared_row": padded},
+        {"kernel": "planes", "threads": block, "planes_per_block": block, "staged": staged, "shared_row": padded if staged else 0},
     )
 
 
