@@ -166,7 +166,8 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
     outputs = vector_outputs(spec, dtype)
     vectors = [{"kernel": "vectors", "threads": t, "outputs": outputs * m} for m in (1, 2) for t in (BLOCK // 2, BLOCK)
                ] if outputs else []
-    first = [*rows, *strips, *window[:1]] if prefers_rows(spec) else [*window[:1], *rows, *strips]
+    # Half-size window blocks too: on small inputs (AvgPool3d divisor: 124 blocks of 256) they fill every SM.
+    first = [*rows, *strips, *window[:2]] if prefers_rows(spec) else [*window[:2], *rows, *strips]
     return [*first, *vectors, *predicated]
 
 
