@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops.kernels import KernelSpec, tilelang_dtype
+from npuops.kernels import VECTOR_BYTES, KernelSpec, tilelang_dtype
 
 F32 = "float32"
 MAX_THREADS = 1024
@@ -62,7 +62,7 @@ def launch_threads(hidden: int, itemsize: int, per_thread: int = ELEMENTS_PER_TH
     """(threads per row-block, padded row length). Prefers a power-of-two thread count dividing the row
     so each thread's share loads as whole 16-byte vectors, with about ``per_thread`` elements each;
     a row no such count divides is padded up (and masked) to a multiple of the threads."""
-    widest = 16 // itemsize
+    widest = VECTOR_BYTES // itemsize
 
     def score(threads: int) -> tuple[int, float]:
         share = hidden // threads
@@ -155,7 +155,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # That needs each thread's elements known: the row is laid out thread-major, in 16-byte vectors
     # (element j in vector j // vec, vector c on thread c % threads), as TileLang's inference would.
     plain = G == 1 and not tile_allreduce
-    vec = math.gcd(16 // dtype.itemsize, m // threads)
+    vec = math.gcd(VECTOR_BYTES // dtype.itemsize, m // threads)
     vectors_per_thread = m // (threads * vec)
 
     def value(raw, g, j):
