@@ -53,12 +53,12 @@ def compile_kernel(prim_func: Any, arch: str | None = None, pass_configs: Mappin
 
     target = dict(target) if target else cuda_target(arch)
     if target["kind"] != "cuda":
-        prim_func = without_layout_annotations(prim_func)
+        prim_func = single_thread_layouts(prim_func)
     with tvm.target.Target(target):  # lowering needs the target as context without a GPU
         return tilelang.compile(prim_func, target=target, pass_configs=dict(pass_configs or {}))
 
 
-def without_layout_annotations(prim_func: Any) -> Any:
+def single_thread_layouts(prim_func: Any) -> Any:
     """``prim_func`` with its ``T.annotate_layout`` fragment layouts replaced by one thread holding
     each fragment whole. A layout that gives each GPU thread its own elements (so that they load as
     whole vectors) cannot hold on the CPU target, which runs a block's threads one after another in

@@ -24,7 +24,8 @@ memory with no bounds checks. Global memory is then read about once, in full vec
 strided and overlapping reads hit shared memory, which serves a stride-2 half read in one pass.
 
 Tile-level form only (no thread indices), so every kernel also builds for TileLang's CPU target,
-where the tests check it. Loops after shared-memory writes span a multiple of the block (TileLang
+where the tests check it (per-thread layout annotations become single-thread ones there, see
+``npuops.kernels.single_thread_layouts``). Loops after shared-memory writes span a multiple of the block (TileLang
 drops the barrier before a loop that runs on part of the block); a kernel has one shared buffer
 (the CPU target's limit). TileLang is imported when a kernel is built.
 """
