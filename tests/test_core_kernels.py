@@ -1,6 +1,8 @@
 """The core's TileLang support that needs no GPU."""
 
-from npuops.kernels import cuda_target
+import pytest
+import torch
+from npuops.kernels import CPU_TARGET, compile_kernel, cuda_target, thread_owned
 
 
 def test_cuda_target_takes_the_arch_from_the_environment_without_a_gpu(monkeypatch):
@@ -14,13 +16,8 @@ def test_the_cpu_target_runs_a_kernel_whose_fragments_have_thread_layouts():
     """A layout giving each GPU thread its own row (so it loads whole vectors) is replaced for the
     CPU target, which runs a block's threads one after another (kept, it gives wrong results there):
     the kernel's logic still checks."""
-    import pytest
-
-    tilelang = pytest.importorskip("tilelang")
+    pytest.importorskip("tilelang")
     import tilelang.language as T
-    import torch
-
-    from npuops.kernels import CPU_TARGET, compile_kernel
 
     threads, width = 32, 4
 
@@ -28,8 +25,7 @@ def test_the_cpu_target_runs_a_kernel_whose_fragments_have_thread_layouts():
     def double(X: T.Tensor((threads, width), "float32"), Y: T.Tensor((threads, width), "float32")):
         with T.Kernel(1, threads=threads) as _:
             rows = T.alloc_fragment((threads, width), "float32")
-            T.annotate_layout({rows: T.Fragment((threads, width), forward_thread_fn=lambda t, c: t,
-                                                forward_index_fn=lambda t, c: c)})
+            T.annotate_layout({rows: thread_owned((threads, width), 0)})
             for t, c in T.Parallel(threads, width):
                 rows[t, c] = X[t, c] * 2.0
             for t, c in T.Parallel(threads, width):

@@ -58,6 +58,22 @@ def compile_kernel(prim_func: Any, arch: str | None = None, pass_configs: Mappin
         return tilelang.compile(prim_func, target=target, pass_configs=dict(pass_configs or {}))
 
 
+def thread_owned(shape: Sequence[int], thread_dim: int) -> Any:
+    """A fragment layout for ``T.annotate_layout``: element ``i`` lives on thread
+    ``i[thread_dim]``, which holds the other dims row-major in its registers (so a thread's
+    elements along the last dim load and store as whole vectors). TileLang's own inference may
+    instead spread them over several threads."""
+    import math
+
+    from tilelang.layout import Fragment
+
+    shape = [int(n) for n in shape]
+    rest = [d for d in range(len(shape)) if d != thread_dim]
+    strides = {d: math.prod(shape[e] for e in rest[k + 1:]) for k, d in enumerate(rest)}
+    return Fragment(shape, forward_thread_fn=lambda *i: i[thread_dim],
+                    forward_index_fn=lambda *i: sum(i[d] * strides[d] for d in rest))
+
+
 def single_thread_layouts(prim_func: Any) -> Any:
     """``prim_func`` with its ``T.annotate_layout`` fragment layouts replaced by one thread holding
     each fragment whole. A layout that gives each GPU thread its own elements (so that they load as

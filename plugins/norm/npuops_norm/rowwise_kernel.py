@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops.kernels import VECTOR_BYTES, KernelSpec, tilelang_dtype
+from npuops.kernels import VECTOR_BYTES, KernelSpec, thread_owned, tilelang_dtype
 
 F32 = "float32"
 MAX_THREADS = 1024
@@ -226,7 +226,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         if plain:
             part = T.alloc_fragment((threads,), F32)
             warp_results = T.alloc_shared((threads // 32,), F32)
-            T.annotate_layout({part: T.Fragment((threads,), forward_thread_fn=lambda t: t, forward_index_fn=lambda t: 0)})
+            T.annotate_layout({part: thread_owned((threads,), 0)})
             for t in T.Parallel(threads):
                 part[t] = 0.0
                 for k in T.unroll(vectors_per_thread):  # unrolled: the row stays in registers

@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops.kernels import VECTOR_BYTES, KernelSpec, tilelang_dtype
+from npuops.kernels import VECTOR_BYTES, KernelSpec, thread_owned, tilelang_dtype
 
 F32 = "float32"
 BLOCK = 256  # threads per block of the window kernels
@@ -243,8 +243,7 @@ def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch
                 tile = T.alloc_shared((block, padded), dt)
             else:
                 tile = T.alloc_fragment((block, size), dt)
-                T.annotate_layout({tile: T.Fragment((block, size), forward_thread_fn=lambda p, k: p,
-                                                    forward_index_fn=lambda p, k: k)})
+                T.annotate_layout({tile: thread_owned((block, size), 0)})
             acc = T.alloc_fragment((block,), F32)
             for p, k in T.Parallel(block, size):
                 tile[p, k] = X[T.min(bx * block + p, planes - 1), k]
@@ -371,12 +370,10 @@ def strips_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
         with T.Kernel(T.ceildiv(total, block), threads=block) as bx:
             # Thread t holds taps[:, t, :] in both loops below: its window rows' 16-byte vectors.
             taps = T.alloc_fragment((window_rows, block, width, kW), dt)
-            T.annotate_layout({taps: T.Fragment((window_rows, block, width, kW), forward_thread_fn=lambda r, t, c, k: t,
-                                                forward_index_fn=lambda r, t, c, k: (r * width + c) * kW + k)})
+            T.annotate_layout({taps: thread_owned((window_rows, block, width, kW), 1)})
             # ... and its strip's outputs, stored as one vector.
             strip = T.alloc_fragment((block, width), dt)
-            T.annotate_layout({strip: T.Fragment((block, width), forward_thread_fn=lambda t, c: t,
-                                                 forward_index_fn=lambda t, c: c)})
+            T.annotate_layout({strip: thread_owned((block, width), 0)})
             acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
             for r in T.unroll(window_rows):
                 for t, c, k in T.Parallel(block, width, kW):
@@ -428,7 +425,7 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
     planes = math.prod(input_shape[:2])
     D, H, W = _as_3d(spec.spatial_in, 1)
     oD, oH, oW = _as_3d(spec.spatial_out, 1)
-    (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = taps_, stride, padding, _ = _sliding(spec)
+    (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = taps_, _, padding, _ = _sliding(spec)
     vector = VECTOR_BYTES // dtype.itemsize
     groups = -(-oW // outputs)
     total = planes * oD * oH * groups
@@ -447,11 +444,7 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
             # Thread t holds taps[:, t, :] (its window rows' vectors) and result[t, :].
             taps = T.alloc_fragment((window_rows, block, span), dt)
             result = T.alloc_fragment((block, outputs), dt)
-            T.annotate_layout({
-                taps: T.Fragment((window_rows, block, span), forward_thread_fn=lambda r, t, e: t,
-                                 forward_index_fn=lambda r, t, e: r * span + e),
-                result: T.Fragment((block, outputs), forward_thread_fn=lambda t, c: t, forward_index_fn=lambda t, c: c),
-            })
+            T.annotate_layout({taps: thread_owned((window_rows, block, span), 1), result: thread_owned((block, outputs), 0)})
             acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
             for r in T.unroll(window_rows):
                 for t, e in T.Parallel(block, span):
