@@ -93,7 +93,7 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
             config = {"threads": threads, "min_blocks": blocks}
             if config not in variants:
                 variants.append(config)
-    if rows > FEW_ROWS and (spec.weight is not None or spec.bias or spec.stat == "l2_gain"):
+    if rows > FEW_ROWS and (spec.weight is not None or spec.bias or spec.modulated or spec.stat == "l2_gain"):
         variants += [{**config, "prefetch": True} for config in variants if config["min_blocks"] > 1]
     if spec.groups == 1 and spec.segments == 1:
         variants.append({**variants[0], "tile_allreduce": True})
@@ -170,14 +170,19 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         c = value(raw, g, j) - mean[g]
         return T.if_then_else(j < n, c, 0.0) if masked else c
 
-    # With few rows (decode) the weight, bias and gain are loaded with the row, so their DRAM latency
-    # overlaps the row's instead of following the reduction; W and B are then (G, m) fragments.
-    # With many rows it costs registers (fewer rows in flight per SM): a tuning choice.
+    # With few rows (decode) the weight, bias, gain and AdaLN's shift and scale are loaded with the
+    # row, so their DRAM latency overlaps the row's instead of following the reduction; W, B, Shift
+    # and Scale are then (G, m) fragments. With many rows that costs registers (fewer rows in flight
+    # per SM): a tuning choice.
     if prefetch is None:
         prefetch = rows <= FEW_ROWS
 
     def affine(V, g, j):
         return T.Cast(F32, V[g, j] if prefetch else V[col(g, j)])
+
+    def modulation(V, row, g, j):
+        """AdaLN's shift or scale for element j of group g of ``row`` (its sample's), in f32."""
+        return T.Cast(F32, V[g, j] if prefetch else V[row // rows_per_sample, col(g, j)])
 
     def normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j):
         """Element j of group g of the output row, in f32."""
@@ -189,8 +194,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         if spec.bias:
             y = y + affine(B, g, j)
         if spec.modulated:
-            sample = row // rows_per_sample
-            y = y * (1.0 + T.Cast(F32, Scale[sample, col(g, j)])) + T.Cast(F32, Shift[sample, col(g, j)])
+            y = y * (1.0 + modulation(Scale, row, g, j)) + modulation(Shift, row, g, j)
         return y
 
     def row_fragment(dtype_):
@@ -267,8 +271,15 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             B_row = row_fragment(dt)
             for g, j in T.Parallel(G, m):
                 B_row[g, j] = B[col(g, j)]
+        if prefetch and spec.modulated:
+            Shift_row, Scale_row = row_fragment(dt), row_fragment(dt)
+            for g, j in T.Parallel(G, m):
+                Shift_row[g, j] = Shift[row // rows_per_sample, col(g, j)]
+            for g, j in T.Parallel(G, m):
+                Scale_row[g, j] = Scale[row // rows_per_sample, col(g, j)]
         if prefetch:
             W, B = W_row if spec.weight is not None else W, B_row if spec.bias else B
+            Shift, Scale = (Shift_row, Scale_row) if spec.modulated else (Shift, Scale)
         if prefetch and spec.stat == "l2_gain":
             gain = T.alloc_fragment((1,), F32)
             gain[0] = T.Cast(F32, Gain[row, 0])

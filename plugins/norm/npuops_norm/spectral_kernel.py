@@ -77,11 +77,12 @@ def _single_row(cols: int, dt: str, eps: float, threads: int = ROW_THREADS):
             w = T.alloc_fragment((cols,), F32)
             sq = T.alloc_fragment((cols,), F32)
             ww = T.alloc_fragment((1,), F32)
+            u0 = T.alloc_var(F32)
+            u0 = T.Cast(F32, U[0])  # loaded with the row: after the reduction its latency would add
             for c in T.Parallel(cols):
                 w[c] = T.Cast(F32, W[0, c])
                 sq[c] = w[c] * w[c]
             T.reduce_sum(sq, ww, dim=0)  # ||w||²
-            u0 = T.Cast(F32, U[0])
             nt = T.max(T.sqrt(u0 * u0 * ww[0]), eps)  # ||t||, t = u0 w
             s = u0 * ww[0] / nt  # w·v'
             u_new = s / T.max(T.abs(s), eps)
