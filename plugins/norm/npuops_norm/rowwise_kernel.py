@@ -29,6 +29,7 @@ MIN_BLOCKS_PER_SM = 2
 # 4096 wide, equal at 8192) and the weight loaded with the row.
 FEW_ROWS = 8
 FEW_ROWS_ELEMENTS_PER_THREAD = 8
+REDUCTIONS = 3  # at most, per row: the mean, the statistic, the quantizing absmax
 
 
 def elements_per_thread(rows: int) -> int:
@@ -225,11 +226,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     warp_reduce = {"sum": T.warp_reduce_sum, "max": T.warp_reduce_max}
 
     @T.macro
-    def reduce_row(term, out, kind):
-        """out[g] = the sum (or max) of term(g, j) over each group's j (terms are non-negative for max)."""
+    def reduce_row(term, out, kind, exchange, slot):
+        """out[g] = the sum (or max) of term(g, j) over each group's j (terms are non-negative for max).
+        On plain rows the warps' results meet in ``exchange[slot, :]``, a slot of the kernel's own."""
         if plain:
             part = T.alloc_fragment((threads,), F32)
-            warp_results = T.alloc_shared((threads // 32,), F32)
             T.annotate_layout({part: thread_owned((threads,), 0)})
             for t in T.Parallel(threads):
                 part[t] = 0.0
@@ -238,12 +239,12 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                         part[t] = combine[kind](part[t], term(0, (k * threads + t) * vec + v))
                 part[t] = warp_reduce[kind](part[t])
                 if t % 32 == 0:
-                    warp_results[t // 32] = part[t]
+                    exchange[slot, t // 32] = part[t]
             T.sync_threads()
             for g in T.Parallel(G):
                 out[g] = 0.0
                 for w in T.unroll(threads // 32):
-                    out[g] = combine[kind](out[g], warp_results[w])
+                    out[g] = combine[kind](out[g], exchange[slot, w])
         else:
             acc = T.alloc_fragment((G, m), F32)
             for g, j in T.Parallel(G, m):
@@ -259,6 +260,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         # is recomputed from them where needed. Half the registers of an f32 copy, so more rows
         # are in flight per SM (the bound on these memory-bound kernels).
         raw = row_fragment(dt)
+        # Each reduction exchanges through its own shared slots: reusing one buffer would need a
+        # barrier before the next reduction's writes.
+        exchange = T.alloc_shared((REDUCTIONS, threads // 32), F32) if plain else None
         stat = T.alloc_fragment((G,), F32)
         mean = T.alloc_fragment((G,), F32)
         for g, j in T.Parallel(G, m):
@@ -290,10 +294,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 if not masked or j < n:
                     R[at(row, g, j)] = raw[g, j]
         if spec.stat == "meanvar":
-            reduce_row(values_of(raw), mean, "sum")
+            reduce_row(values_of(raw), mean, "sum", exchange, 0)
             for g in T.Parallel(G):
                 mean[g] = mean[g] / n
-        reduce_row(statistic_terms(raw, mean), stat, "sum")
+        reduce_row(statistic_terms(raw, mean), stat, "sum", exchange, 1)
         if segs > 1:
             joint = T.alloc_fragment((1,), F32)
             T.reduce_sum(stat, joint, dim=0)
@@ -317,7 +321,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         else:
             q = row_fragment("int8")
             scale = T.alloc_fragment((G,), F32)
-            reduce_row(magnitudes(raw, mean, stat, W, B, Shift, Scale, row), scale, "max")  # the absmax
+            reduce_row(magnitudes(raw, mean, stat, W, B, Shift, Scale, row), scale, "max",  # the absmax
+                       exchange, 2)
             for g in T.Parallel(G):
                 scale[g] = T.max(scale[g] / 127.0, spec.quant_min_scale)
                 S[row, 0] = scale[g]
