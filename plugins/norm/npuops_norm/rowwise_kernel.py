@@ -15,7 +15,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops.kernels import VECTOR_BYTES, KernelSpec, thread_owned, tilelang_dtype
+from npuops.kernels import VECTOR_BYTES, KernelSpec, tilelang_dtype
+
+from .block_reduce import block_reducer, exchange_slots, thread_major
 
 F32 = "float32"
 MAX_THREADS = 1024
@@ -150,14 +152,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         return (g, row, j) if segs > 1 else (row, col(g, j))
 
     masked = m != n
-    # A plain row (one group, one segment) is reduced by a warp-shuffle then one shared-memory
-    # exchange: one barrier. TileLang's block all-reduce exchanges through shared memory at every
-    # power-of-two stride from threads/2 down to 32, two barriers each (eight with 512 threads).
-    # That needs each thread's elements known: the row is laid out thread-major, in 16-byte vectors
-    # (element j in vector j // vec, vector c on thread c % threads), as TileLang's inference would.
+    # A plain row (one group, one segment) is laid out thread-major and reduced with one barrier
+    # (see block_reduce); grouped rows by TileLang's block all-reduce.
     plain = G == 1 and not tile_allreduce
     vec = math.gcd(VECTOR_BYTES // dtype.itemsize, m // threads)
-    vectors_per_thread = m // (threads * vec)
 
     def value(raw, g, j):
         """Element j of group g in f32; 0 in the masked tail of a padded row."""
@@ -202,8 +200,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         """A (G, m) register fragment; on plain rows laid out thread-major (see ``plain``)."""
         fragment = T.alloc_fragment((G, m), dtype_)
         if plain:
-            T.annotate_layout({fragment: T.Fragment((G, m), forward_thread_fn=lambda g, j: (j // vec) % threads,
-                                                    forward_index_fn=lambda g, j: j // (vec * threads) * vec + j % vec)})
+            T.annotate_layout({fragment: thread_major(G, m, threads, vec)})
         return fragment
 
     # Per-element terms of the reductions, as functions of (g, j) for reduce_row.
@@ -222,29 +219,14 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             return T.if_then_else(j < n, y, 0.0) if masked else y
         return term
 
-    combine = {"sum": lambda a, b: a + b, "max": T.max}
-    warp_reduce = {"sum": T.warp_reduce_sum, "max": T.warp_reduce_max}
+    reduce_plain = block_reducer(threads, vec, m) if plain else None
 
     @T.macro
     def reduce_row(term, out, kind, exchange, slot):
         """out[g] = the sum (or max) of term(g, j) over each group's j (terms are non-negative for max).
         On plain rows the warps' results meet in ``exchange[slot, :]``, a slot of the kernel's own."""
         if plain:
-            part = T.alloc_fragment((threads,), F32)
-            T.annotate_layout({part: thread_owned((threads,), 0)})
-            for t in T.Parallel(threads):
-                part[t] = 0.0
-                for k in T.unroll(vectors_per_thread):  # unrolled: the row stays in registers
-                    for v in T.unroll(vec):
-                        part[t] = combine[kind](part[t], term(0, (k * threads + t) * vec + v))
-                part[t] = warp_reduce[kind](part[t])
-                if t % 32 == 0:
-                    exchange[slot, t // 32] = part[t]
-            T.sync_threads()
-            for g in T.Parallel(G):
-                out[g] = 0.0
-                for w in T.unroll(threads // 32):
-                    out[g] = combine[kind](out[g], exchange[slot, w])
+            reduce_plain(lambda j: term(0, j), out, kind, exchange, slot)
         else:
             acc = T.alloc_fragment((G, m), F32)
             for g, j in T.Parallel(G, m):
@@ -260,9 +242,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         # is recomputed from them where needed. Half the registers of an f32 copy, so more rows
         # are in flight per SM (the bound on these memory-bound kernels).
         raw = row_fragment(dt)
-        # Each reduction exchanges through its own shared slots: reusing one buffer would need a
-        # barrier before the next reduction's writes.
-        exchange = T.alloc_shared((REDUCTIONS, threads // 32), F32) if plain else None
+        exchange = exchange_slots(REDUCTIONS, threads) if plain else None
         stat = T.alloc_fragment((G,), F32)
         mean = T.alloc_fragment((G,), F32)
         for g, j in T.Parallel(G, m):

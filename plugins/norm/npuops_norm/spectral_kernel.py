@@ -25,10 +25,13 @@ TileLang evaluates the prim_funcs' tensor annotations, which must see the enclos
 """
 
 
+import math
 from collections.abc import Callable
 
 import torch
-from npuops.kernels import compile_kernel, tilelang_dtype
+from npuops.kernels import VECTOR_BYTES, compile_kernel, tilelang_dtype
+
+from .block_reduce import block_reducer, exchange_slots, thread_major
 
 F32 = "float32"
 COLUMN_TILE = 2048  # columns per block of the column-partial kernel (256 threads x 8)
@@ -67,28 +70,31 @@ def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     return [{"threads": t, "row_chunks": k} for t, k in pairs]
 
 
-def _single_row(cols: int, dt: str, eps: float, threads: int = ROW_THREADS):
+def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = ROW_THREADS):
     import tilelang.language as T
+
+    vec = math.gcd(VECTOR_BYTES // itemsize, cols // threads)
+    reduce = block_reducer(threads, vec, cols)
 
     @T.prim_func
     def main(W: T.Tensor((1, cols), dt), U: T.Tensor((1,), dt), Out: T.Tensor((1, cols), dt),
              UOut: T.Tensor((1,), dt), VOut: T.Tensor((cols,), dt)):
         with T.Kernel(1, threads=threads) as _:
-            w = T.alloc_fragment((cols,), F32)
-            sq = T.alloc_fragment((cols,), F32)
+            w = T.alloc_fragment((1, cols), dt)
+            T.annotate_layout({w: thread_major(1, cols, threads, vec)})
+            exchange = exchange_slots(1, threads)
             ww = T.alloc_fragment((1,), F32)
             u0 = T.alloc_var(F32)
             u0 = T.Cast(F32, U[0])  # loaded with the row: after the reduction its latency would add
-            for c in T.Parallel(cols):
-                w[c] = T.Cast(F32, W[0, c])
-                sq[c] = w[c] * w[c]
-            T.reduce_sum(sq, ww, dim=0)  # ||w||²
+            for g, c in T.Parallel(1, cols):
+                w[g, c] = W[0, c]
+            reduce(lambda c: T.Cast(F32, w[0, c]) * T.Cast(F32, w[0, c]), ww, "sum", exchange, 0)  # ||w||²
             nt = T.max(T.sqrt(u0 * u0 * ww[0]), eps)  # ||t||, t = u0 w
             s = u0 * ww[0] / nt  # w·v'
             u_new = s / T.max(T.abs(s), eps)
-            for c in T.Parallel(cols):
-                VOut[c] = T.Cast(dt, w[c] * u0 / nt)
-                Out[0, c] = T.Cast(dt, w[c] / (u_new * s))
+            for g, c in T.Parallel(1, cols):
+                VOut[c] = T.Cast(dt, T.Cast(F32, w[g, c]) * u0 / nt)
+                Out[g, c] = T.Cast(dt, T.Cast(F32, w[g, c]) / (u_new * s))
             UOut[0] = T.Cast(dt, u_new)
 
     return main
@@ -140,17 +146,22 @@ def _sum_partials(cols: int, row_chunks: int):
     return main
 
 
-def _row_dots(rows: int, cols: int, dt: str, threads: int = ROW_THREADS):
+def _row_dots(rows: int, cols: int, dt: str, itemsize: int, threads: int = ROW_THREADS):
     import tilelang.language as T
+
+    vec = math.gcd(VECTOR_BYTES // itemsize, cols // threads)
+    reduce = block_reducer(threads, vec, cols)
 
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), Tv: T.Tensor((cols,), F32), Z: T.Tensor((rows,), F32)):
         with T.Kernel(rows, threads=threads) as r:
-            prod = T.alloc_fragment((cols,), F32)
+            prod = T.alloc_fragment((1, cols), F32)
+            T.annotate_layout({prod: thread_major(1, cols, threads, vec)})
+            exchange = exchange_slots(1, threads)
             total = T.alloc_fragment((1,), F32)
-            for c in T.Parallel(cols):
-                prod[c] = T.Cast(F32, W[r, c]) * Tv[c]
-            T.reduce_sum(prod, total, dim=0)
+            for g, c in T.Parallel(1, cols):
+                prod[g, c] = T.Cast(F32, W[r, c]) * Tv[c]
+            reduce(lambda c: prod[0, c], total, "sum", exchange, 0)
             Z[r] = total[0]
 
     return main
@@ -207,7 +218,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
     dt = tilelang_dtype(dtype)
     row_chunks = row_chunks or default_row_chunks(rows, cols)
     if rows == 1:
-        kernel = compile_kernel(_single_row(cols, dt, eps, threads))
+        kernel = compile_kernel(_single_row(cols, dt, dtype.itemsize, eps, threads))
 
         def one_row(weight, u, v):
             out = torch.empty_like(weight)
@@ -220,7 +231,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
 
     partials, sum_partials, row_dots, finish, scale = (
         compile_kernel(_column_partials(rows, cols, dt, row_chunks)), compile_kernel(_sum_partials(cols, row_chunks)),
-        compile_kernel(_row_dots(rows, cols, dt, threads)), compile_kernel(_finish(rows, cols, dt, eps)),
+        compile_kernel(_row_dots(rows, cols, dt, dtype.itemsize, threads)), compile_kernel(_finish(rows, cols, dt, eps)),
         compile_kernel(_scale(rows, cols, dt, threads)))
 
     def power_iteration(weight, u, v):
