@@ -155,13 +155,17 @@ def _row_dots(rows: int, cols: int, dt: str, itemsize: int, threads: int = ROW_T
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), Tv: T.Tensor((cols,), F32), Z: T.Tensor((rows,), F32)):
         with T.Kernel(rows, threads=threads) as r:
-            prod = T.alloc_fragment((1, cols), F32)
-            T.annotate_layout({prod: thread_major(1, cols, threads, vec)})
+            # W's row and t in fragments of their own: a fused product vectorizes both loads at
+            # the narrower width (8-byte loads of W, 2-3% slower at 2048 x 16384 in h200-s8a).
+            w, t = T.alloc_fragment((1, cols), dt), T.alloc_fragment((1, cols), F32)
+            T.annotate_layout({w: thread_major(1, cols, threads, vec), t: thread_major(1, cols, threads, vec)})
             exchange = exchange_slots(1, threads)
             total = T.alloc_fragment((1,), F32)
             for g, c in T.Parallel(1, cols):
-                prod[g, c] = T.Cast(F32, W[r, c]) * Tv[c]
-            reduce(lambda c: prod[0, c], total, "sum", exchange, 0)
+                w[g, c] = W[r, c]
+            for g, c in T.Parallel(1, cols):
+                t[g, c] = Tv[c]
+            reduce(lambda c: T.Cast(F32, w[0, c]) * t[0, c], total, "sum", exchange, 0)
             Z[r] = total[0]
 
     return main
