@@ -15,7 +15,9 @@ work. With t = Wᵀu, nt = max(||t||, eps) and z = W t, v' = t / nt and s = W v'
    likeliest still in L2) are read first                          (one block per row)
 
 A single row (R == 1, the decode workloads) is one block: with w = W[0] and u0 = u[0],
-t = u0 w, so ||t||² = u0² ||w||², s = w·v' = u0 ||w||² / nt and sigma follow from one reduction.
+t = u0 w, so ||t||² = u0² ||w||², s = w·v' = u0 ||w||² / nt and sigma follow from one reduction
+(a one-barrier block reduction, see block_reduce). Pass 3 keeps TileLang's all-reduce: the
+one-barrier form measured 1-7% slower on the prefill rows (h200-s8a, h200-s8b against h200-s7b).
 
 Launch variants (``npuops run --tune``): threads of the per-row kernels (3, 5 and the single row)
 and row chunks of the column partials; the default comes first.
@@ -146,26 +148,17 @@ def _sum_partials(cols: int, row_chunks: int):
     return main
 
 
-def _row_dots(rows: int, cols: int, dt: str, itemsize: int, threads: int = ROW_THREADS):
+def _row_dots(rows: int, cols: int, dt: str, threads: int = ROW_THREADS):
     import tilelang.language as T
-
-    vec = math.gcd(VECTOR_BYTES // itemsize, cols // threads)
-    reduce = block_reducer(threads, vec, cols)
 
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), Tv: T.Tensor((cols,), F32), Z: T.Tensor((rows,), F32)):
         with T.Kernel(rows, threads=threads) as r:
-            # W's row and t in fragments of their own: a fused product vectorizes both loads at
-            # the narrower width (8-byte loads of W, 2-3% slower at 2048 x 16384 in h200-s8a).
-            w, t = T.alloc_fragment((1, cols), dt), T.alloc_fragment((1, cols), F32)
-            T.annotate_layout({w: thread_major(1, cols, threads, vec), t: thread_major(1, cols, threads, vec)})
-            exchange = exchange_slots(1, threads)
+            prod = T.alloc_fragment((cols,), F32)
             total = T.alloc_fragment((1,), F32)
-            for g, c in T.Parallel(1, cols):
-                w[g, c] = W[r, c]
-            for g, c in T.Parallel(1, cols):
-                t[g, c] = Tv[c]
-            reduce(lambda c: T.Cast(F32, w[0, c]) * t[0, c], total, "sum", exchange, 0)
+            for c in T.Parallel(cols):
+                prod[c] = T.Cast(F32, W[r, c]) * Tv[c]
+            T.reduce_sum(prod, total, dim=0)
             Z[r] = total[0]
 
     return main
@@ -235,7 +228,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
 
     partials, sum_partials, row_dots, finish, scale = (
         compile_kernel(_column_partials(rows, cols, dt, row_chunks)), compile_kernel(_sum_partials(cols, row_chunks)),
-        compile_kernel(_row_dots(rows, cols, dt, dtype.itemsize, threads)), compile_kernel(_finish(rows, cols, dt, eps)),
+        compile_kernel(_row_dots(rows, cols, dt, threads)), compile_kernel(_finish(rows, cols, dt, eps)),
         compile_kernel(_scale(rows, cols, dt, threads)))
 
     def power_iteration(weight, u, v):

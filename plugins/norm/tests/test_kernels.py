@@ -66,7 +66,7 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
             threads = config["threads"]
             kernels = [sk._single_row(cols, dt, 2, 1e-12, threads)] if rows == 1 else [
                 sk._column_partials(rows, cols, dt, config["row_chunks"]), sk._sum_partials(cols, config["row_chunks"]),
-                sk._row_dots(rows, cols, dt, 2, threads), sk._finish(rows, cols, dt, 1e-12), sk._scale(rows, cols, dt, threads)]
+                sk._row_dots(rows, cols, dt, threads), sk._finish(rows, cols, dt, 1e-12), sk._scale(rows, cols, dt, threads)]
             for prim_func in kernels:
                 assert "__global__" in compile_kernel(prim_func, arch="sm_90").get_kernel_source()
 
