@@ -10,17 +10,27 @@ memory: one barrier. That needs each thread's elements known, so the row is laid
 TileLang is imported when a kernel is built.
 """
 
-from npuops.kernels import thread_owned
+import math
+
+from npuops.kernels import VECTOR_BYTES, thread_owned
 
 F32 = "float32"
 WARP = 32
 
 
-def thread_major(rows: int, length: int, threads: int, vec: int):
-    """Layout of a (rows, length) fragment of which element j of each row lies in vector j // vec,
-    vector c on thread c % threads: each thread holds whole vectors, several threads apart."""
+def vector_elements(length: int, threads: int, itemsize: int) -> int:
+    """Elements per vector of a row of ``length`` split over ``threads``: a 16-byte vector, or
+    less where each thread's share is shorter."""
+    return math.gcd(VECTOR_BYTES // itemsize, length // threads)
+
+
+def thread_major(rows: int, length: int, threads: int, itemsize: int):
+    """Layout of a (rows, length) fragment of which element j of each row lies in vector j // vec
+    (:func:`vector_elements`), vector c on thread c % threads: each thread holds whole vectors,
+    several threads apart."""
     import tilelang.language as T
 
+    vec = vector_elements(length, threads, itemsize)
     return T.Fragment((rows, length), forward_thread_fn=lambda g, j: (j // vec) % threads,
                       forward_index_fn=lambda g, j: j // (vec * threads) * vec + j % vec)
 
@@ -33,7 +43,7 @@ def exchange_slots(slots: int, threads: int):
     return T.alloc_shared((slots, threads // WARP), F32)
 
 
-def block_reducer(threads: int, vec: int, length: int):
+def block_reducer(threads: int, length: int, itemsize: int):
     """A macro ``reduce(term, out, kind, exchange, slot)``: ``out[0]`` = the sum (``kind`` "sum") or
     max ("max", of non-negative terms) of ``term(j)`` over the ``length`` elements of a row laid out
     by :func:`thread_major`; the warps' results meet in ``exchange[slot, :]`` (:func:`exchange_slots`).
@@ -42,6 +52,7 @@ def block_reducer(threads: int, vec: int, length: int):
 
     combine = {"sum": lambda a, b: a + b, "max": T.max}
     warp_reduce = {"sum": T.warp_reduce_sum, "max": T.warp_reduce_max}
+    vec = vector_elements(length, threads, itemsize)
     vectors_per_thread = length // (threads * vec)
 
     @T.macro

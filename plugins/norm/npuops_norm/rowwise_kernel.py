@@ -155,7 +155,6 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # A plain row (one group, one segment) is laid out thread-major and reduced with one barrier
     # (see block_reduce); grouped rows by TileLang's block all-reduce.
     plain = G == 1 and not tile_allreduce
-    vec = math.gcd(VECTOR_BYTES // dtype.itemsize, m // threads)
 
     def value(raw, g, j):
         """Element j of group g in f32; 0 in the masked tail of a padded row."""
@@ -200,7 +199,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         """A (G, m) register fragment; on plain rows laid out thread-major (see ``plain``)."""
         fragment = T.alloc_fragment((G, m), dtype_)
         if plain:
-            T.annotate_layout({fragment: thread_major(G, m, threads, vec)})
+            T.annotate_layout({fragment: thread_major(G, m, threads, dtype.itemsize)})
         return fragment
 
     # Per-element terms of the reductions, as functions of (g, j) for reduce_row.
@@ -219,7 +218,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             return T.if_then_else(j < n, y, 0.0) if masked else y
         return term
 
-    reduce_plain = block_reducer(threads, vec, m) if plain else None
+    reduce_plain = block_reducer(threads, m, dtype.itemsize) if plain else None
 
     @T.macro
     def reduce_row(term, out, kind, exchange, slot):

@@ -27,11 +27,10 @@ TileLang evaluates the prim_funcs' tensor annotations, which must see the enclos
 """
 
 
-import math
 from collections.abc import Callable
 
 import torch
-from npuops.kernels import VECTOR_BYTES, compile_kernel, tilelang_dtype
+from npuops.kernels import compile_kernel, tilelang_dtype
 
 from .block_reduce import block_reducer, exchange_slots, thread_major
 
@@ -75,15 +74,14 @@ def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
 def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = ROW_THREADS):
     import tilelang.language as T
 
-    vec = math.gcd(VECTOR_BYTES // itemsize, cols // threads)
-    reduce = block_reducer(threads, vec, cols)
+    reduce = block_reducer(threads, cols, itemsize)
 
     @T.prim_func
     def main(W: T.Tensor((1, cols), dt), U: T.Tensor((1,), dt), Out: T.Tensor((1, cols), dt),
              UOut: T.Tensor((1,), dt), VOut: T.Tensor((cols,), dt)):
         with T.Kernel(1, threads=threads) as _:
             w = T.alloc_fragment((1, cols), dt)
-            T.annotate_layout({w: thread_major(1, cols, threads, vec)})
+            T.annotate_layout({w: thread_major(1, cols, threads, itemsize)})
             exchange = exchange_slots(1, threads)
             ww = T.alloc_fragment((1,), F32)
             u0 = T.alloc_var(F32)
