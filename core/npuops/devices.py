@@ -183,17 +183,7 @@ class AcceleratorDevice(Device):
         props = self.api.get_device_properties(self.api.current_device())
         l2 = getattr(props, "L2_cache_size", 0) or (64 << 20)
         buf = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device=self.torch_device())
-        if self.name != "cuda":
-            return buf.zero_
-        from .l2 import evict_last_pass
-
-        displace = evict_last_pass(buf)
-
-        def flush() -> None:
-            displace()  # lines other kernels kept with evict_last, which plain stores leave in L2
-            buf.zero_()
-
-        return flush
+        return buf.zero_
 
     def total_memory(self) -> int:
         return self.api.mem_get_info()[1]
