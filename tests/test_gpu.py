@@ -71,3 +71,28 @@ def test_runner_on_cuda_both_regimes(toy, tmp_path):
                 ("W2", "torch_compile_reduce_overhead", "eager"), ("W1", "torch_compile_reduce_overhead", "graph")]:
         assert rows[key]["status"] == "ok", rows[key]
         assert rows[key]["timing"]["clock_mhz"]
+
+
+def test_flush_evicts_lines_kept_with_evict_last(registry):
+    """torch.compile's Triton kernels load windows and weights with an L2 evict_last hint; after the
+    flush, a buffer read that way must time as cold as a copy never read before."""
+    triton = pytest.importorskip("triton")
+    tl = pytest.importorskip("triton.language")
+
+    @triton.jit
+    def read_evict_last(x, out, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out + tl.program_id(0), tl.sum(tl.load(x + offs, eviction_policy="evict_last"), axis=0))
+
+    device = registry.device("cuda")
+    copies = [torch.randn(1 << 20, device="cuda") for _ in range(64)]  # 4 MiB each, 256 MiB in all
+    out = torch.empty(1024, device="cuda")
+    turn = iter(range(1 << 30))
+
+    def read(x):
+        read_evict_last[(1024,)](x, out, BLOCK=1024)
+
+    options = TimingOptions(budget_s=0.3)
+    same = measure(lambda: read(copies[0]), device, "eager", options).median_ms
+    fresh = measure(lambda: read(copies[1 + next(turn) % 63]), device, "eager", options).median_ms
+    assert same > 0.93 * fresh, f"the same buffer read in {same * 1e3:.2f} µs, fresh copies in {fresh * 1e3:.2f} µs"

@@ -7,6 +7,7 @@ module is itself the built-in plugin that registers the three.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
 import platform
@@ -124,6 +125,17 @@ class CPUDevice(Device):
         }
 
 
+def _persisting_l2_reset() -> Callable[[], int]:
+    """The CUDA driver's ``cuCtxResetPersistingL2Cache`` (torch exposes no binding for it)."""
+    for library in ("libcuda.so.1", "nvcuda.dll"):
+        try:
+            return ctypes.CDLL(library).cuCtxResetPersistingL2Cache
+        except (OSError, AttributeError):
+            continue
+    raise RuntimeError("the CUDA driver library (libcuda.so.1 / nvcuda.dll) has no "
+                       "cuCtxResetPersistingL2Cache: the L2 flush needs it (CUDA 11.0 or newer)")
+
+
 # Datasheet limits, used until `npuops calibrate` has measured the device.
 _GPU_DATASHEETS: dict[str, Limits] = {
     "H200": Limits(4.8e12, {"bf16": 989e12, "f16": 989e12, "fp8e4m3": 1979e12, "fp8e5m2": 1979e12, "f32": 67e12, "f64": 67e12}, "datasheet"),
@@ -183,7 +195,19 @@ class AcceleratorDevice(Device):
         props = self.api.get_device_properties(self.api.current_device())
         l2 = getattr(props, "L2_cache_size", 0) or (64 << 20)
         buf = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device=self.torch_device())
-        return buf.zero_
+        if self.name != "cuda":
+            return buf.zero_
+        reset = _persisting_l2_reset()
+
+        def flush() -> None:
+            # Lines loaded with an evict_last hint (torch.compile's Triton kernels put it on window
+            # and broadcast loads) persist through any overwrite until reset (docs/timing.md).
+            self.synchronize()  # the reset acts when called, not in stream order
+            if (status := reset()) != 0:
+                raise RuntimeError(f"cuCtxResetPersistingL2Cache failed (CUresult {status})")
+            buf.zero_()
+
+        return flush
 
     def total_memory(self) -> int:
         return self.api.mem_get_info()[1]
@@ -212,6 +236,7 @@ class AcceleratorDevice(Device):
             info["capability"] = f"sm_{props.major}{props.minor}"
             info["cuda_runtime"] = torch.version.cuda
             info["driver"] = _nvidia_driver()
+            info["l2_flush"] = "persisting lines reset, then 2x L2 overwritten"
         return info
 
     def capture_graph(self, fn: Callable[[], Any]) -> Callable[[], Any]:
