@@ -92,9 +92,12 @@ def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = RO
             nt = T.max(T.sqrt(u0 * u0 * ww[0]), eps)  # ||t||, t = u0 w
             s = u0 * ww[0] / nt  # w·v'
             u_new = s / T.max(T.abs(s), eps)
+            # Variables, not expressions TileLang would inline: an f32 division per element binds the issue rate.
+            v_scale, inv_sigma = T.alloc_var(F32), T.alloc_var(F32)
+            v_scale, inv_sigma = u0 / nt, 1.0 / (u_new * s)
             for g, c in T.Parallel(1, cols):
-                VOut[c] = T.Cast(dt, T.Cast(F32, w[g, c]) * u0 / nt)
-                Out[g, c] = T.Cast(dt, T.Cast(F32, w[g, c]) / (u_new * s))
+                VOut[c] = T.Cast(dt, T.Cast(F32, w[g, c]) * v_scale)
+                Out[g, c] = T.Cast(dt, T.Cast(F32, w[g, c]) * inv_sigma)
             UOut[0] = T.Cast(dt, u_new)
 
     return main
@@ -186,8 +189,10 @@ def _finish(rows: int, cols: int, dt: str, eps: float):
             ns = T.sqrt(zz[0]) / nt  # ||s||, s = z / nt
             for r in T.Parallel(rows):
                 UOut[r] = T.Cast(dt, z[r] / nt / T.max(ns, eps))
+            inv_nt = T.alloc_var(F32)
+            inv_nt = 1.0 / nt
             for c in T.Parallel(cols):
-                VOut[c] = T.Cast(dt, Tv[c] / nt)
+                VOut[c] = T.Cast(dt, Tv[c] * inv_nt)
             Sigma[0] = ns * ns / T.max(ns, eps)
 
     return main
@@ -199,8 +204,10 @@ def _scale(rows: int, cols: int, dt: str, threads: int = ROW_THREADS):
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), Sigma: T.Tensor((1,), F32), Out: T.Tensor((rows, cols), dt)):
         with T.Kernel(rows, threads=threads) as b:
+            inv_sigma = T.alloc_var(F32)  # a variable: TileLang would inline the division per element
+            inv_sigma = 1.0 / Sigma[0]
             for c in T.Parallel(cols):
-                Out[rows - 1 - b, c] = T.Cast(dt, T.Cast(F32, W[rows - 1 - b, c]) / Sigma[0])
+                Out[rows - 1 - b, c] = T.Cast(dt, T.Cast(F32, W[rows - 1 - b, c]) * inv_sigma)
 
     return main
 
