@@ -38,6 +38,7 @@ from npuops.kernels import VECTOR_BYTES, KernelSpec, thread_owned, tilelang_dtyp
 
 F32 = "float32"
 BLOCK = 256  # threads per block of the window kernels
+WARP = 32
 OUTPUTS_PER_BLOCK = 1024  # outputs a "rows" block computes by default (its tile)
 MAX_TILE_COLS = 1024  # longer output rows are split into column tiles
 PLANES_PER_BLOCK = 128  # whole-input windows: planes staged per block, one thread reducing each
@@ -135,6 +136,8 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
         return pool_kernel(spec, input_shape, dtype, **launch_variants(spec, dtype)[0])
     if kernel == "planes":
         return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK, staged)
+    if kernel == "lanes":
+        return lanes_kernel(spec, input_shape, dtype, threads or BLOCK)
     if kernel == "rows":
         tile = (rows, cols) if rows and cols else default_tile(spec, dtype)
         return rows_kernel(spec, input_shape, dtype, threads or BLOCK, *tile)
@@ -150,8 +153,9 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
     if stages_planes(spec, dtype, PLANES_PER_BLOCK):
         unstaged = [{"kernel": "planes", "threads": t, "staged": False} for t in (PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK)
                     ] if loads_planes_whole(spec, dtype) else []
+        lanes = [{"kernel": "lanes", "threads": t} for t in (BLOCK, BLOCK // 2)] if plane_lanes(spec, dtype) else []
         return [{"kernel": "planes", "threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
-                if stages_planes(spec, dtype, t)] + unstaged
+                if stages_planes(spec, dtype, t)] + unstaged + lanes
     window = [{"kernel": "window", "threads": t} for t in (BLOCK, BLOCK // 2, BLOCK * 2)]
     predicated = [{"kernel": "window", "threads": BLOCK, "predicated": True}]
     tile = default_tile(spec, dtype)
@@ -264,6 +268,66 @@ def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch
         {"output": dtype},
         (("output", (*input_shape[:2], *spec.spatial_out)),),
         {"kernel": "planes", "threads": block, "planes_per_block": block, "staged": staged, "shared_row": padded if staged else 0},
+    )
+
+
+def plane_lanes(spec: Pooling, dtype: torch.dtype) -> int | None:
+    """Threads per plane of the "lanes" kernel (None: it does not take ``spec``): global pooling
+    over planes of at least two whole 16-byte vectors, up to a warp of lanes, a vector or more each."""
+    if not loads_planes_whole(spec, dtype):
+        return None
+    lanes = math.gcd(WARP, math.prod(spec.spatial_in) * dtype.itemsize // VECTOR_BYTES)
+    return lanes if lanes >= 2 else None
+
+
+def lanes_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int) -> KernelSpec:
+    """Global pooling with ``lanes`` threads per plane (:func:`plane_lanes`): lane g loads vectors
+    g, g + lanes, ... of its plane, so a warp's load instruction reads whole planes, contiguous (the
+    unstaged planes kernel's thread per plane makes every load instruction touch 32 planes). The
+    lanes' partial results meet in shared memory (TileLang's shuffle reduction does not build for
+    the CPU target), where the plane's first lane combines them."""
+    import tilelang.language as T
+    from tilelang.layout import Fragment
+
+    dt = tilelang_dtype(dtype)
+    planes, size = math.prod(input_shape[:2]), math.prod(input_shape[2:])
+    vector = VECTOR_BYTES // dtype.itemsize
+    lanes = plane_lanes(spec, dtype)
+    per_block = block // lanes
+    vectors_per_lane = size // (vector * lanes)
+    divisor = float(spec.divisor_override or size)
+    identity = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+
+    @T.prim_func
+    def main(X: T.Tensor((planes, size), dt), Y: T.Tensor((planes, 1), dt)):
+        with T.Kernel(T.ceildiv(planes, per_block), threads=block) as bx:
+            tile = T.alloc_fragment((per_block, size), dt)
+            T.annotate_layout({tile: Fragment((per_block, size), forward_thread_fn=lambda p, k: p * lanes + k // vector % lanes,
+                                              forward_index_fn=lambda p, k: k // (vector * lanes) * vector + k % vector)})
+            partial = T.alloc_shared((per_block, lanes), F32)
+            acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
+            for p, k in T.Parallel(per_block, size):
+                tile[p, k] = X[T.min(bx * per_block + p, planes - 1), k]
+            for p, g in T.Parallel(per_block, lanes):
+                acc = identity
+                for j in T.unroll(vectors_per_lane):
+                    for e in T.unroll(vector):
+                        v = T.Cast(F32, tile[p, (j * lanes + g) * vector + e])
+                        acc = _accumulate(spec, acc, v)
+                partial[p, g] = acc
+            for p, g in T.Parallel(per_block, lanes):  # the whole block: TileLang keeps the barrier
+                if g == 0 and bx * per_block + p < planes:
+                    acc = identity
+                    for h in T.serial(lanes):
+                        acc = _accumulate(spec, acc, partial[p, h])
+                    Y[bx * per_block + p, 0] = T.Cast(dt, acc if spec.mode == "max" else acc / divisor)
+
+    return KernelSpec(
+        main,
+        (("input", (planes, size)), ("output", (planes, 1))),
+        {"output": dtype},
+        (("output", (*input_shape[:2], *spec.spatial_out)),),
+        {"kernel": "lanes", "threads": block, "lanes": lanes},
     )
 
 

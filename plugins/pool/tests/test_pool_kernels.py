@@ -4,6 +4,7 @@ every catalog workload and the edge cases pass the correctness gate, and NaN pro
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -149,6 +150,9 @@ SMALL_TILES = [{"kernel": "rows", "threads": 32, "rows": 2, "cols": 3}, {"kernel
     ("MaxPool2dFwd", (1, 2, 6, 40), dict(kernel_size=3, stride=2, padding=1, dilation=[1, 2])),  # vectors of 4
     ("AvgPool1dFwd", (1, 2, 64), dict(kernel_size=5, stride=4, padding=2)),
     ("AdaptiveAvgPool2dFwd", (2, 70, 7, 7), dict(output_size=[1, 1])),
+    # Global pooling over planes of whole vectors (lanes variants), the last block partial.
+    ("MaxPool1dFwd", (2, 70, 64), dict(kernel_size=64)),
+    ("AdaptiveAvgPool2dFwd", (1, 37, 8, 8), dict(output_size=[1, 1])),
     # Windows that tile the input (strips variants): a last input row no window covers, 3-d.
     ("MaxPool2dFwd", (1, 3, 9, 16), dict(kernel_size=2, stride=2)),
     ("AvgPool3dFwd", (1, 2, 4, 6, 8), dict(kernel_size=2, stride=2, divisor_override=3)),
@@ -180,6 +184,23 @@ def test_kernel_propagates_nan_on_the_cpu_target(op_name, params):
         out = cpu_kernel(op, w, config)(input=x)
         assert op.compare(out, op.reference({"input": x}, w), w).ok, config
         assert torch.isnan(out[0, 0]).any() and not torch.isnan(out[0, 1]).any(), config
+
+
+@pytest.mark.parametrize("op_name,shape,params", [("MaxPool1dFwd", (2, 20, 64), dict(kernel_size=64)),
+                                                  ("AdaptiveMaxPool2dFwd", (1, 20, 4, 8), dict(output_size=[1, 1]))])
+def test_lanes_kernel_propagates_nan_from_any_lane_on_the_cpu_target(op_name, shape, params):
+    """A NaN in any lane's vectors, or a plane of NaN only, comes out NaN, and no other plane does."""
+    op = REGISTRY.op(op_name)
+    w = make_workload(op_name, shape, "f32", **params)
+    x = torch.randn(shape)
+    planes = x.view(-1, math.prod(shape[2:]))
+    planes[3, -3] = float("nan")  # in the last lane's vectors
+    planes[5] = float("nan")
+    planes[6] = -float("inf")
+    config = next(v for v in op.tilelang_variants(w) if v["kernel"] == "lanes")
+    out = cpu_kernel(op, w, config)(input=x)
+    assert op.compare(out, op.reference({"input": x}, w), w).ok
+    assert torch.isnan(out.view(-1)).nonzero().view(-1).tolist() == [3, 5]
 
 
 def test_indices_take_the_torch_path_with_the_reason():
