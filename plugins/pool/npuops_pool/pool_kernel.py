@@ -1,6 +1,7 @@
 """The TileLang pooling kernels of this plugin, chosen by :func:`pool_kernel` (``kernel`` in a
 launch config): ``"rows"`` for sliding windows, ``"window"`` for adaptive windows (and as a tuning
-fallback), ``"planes"`` for windows that are the whole input (global pooling), ``"strips"`` (a
+fallback), ``"planes"`` for windows that are the whole input (global pooling) and ``"lanes"`` for those
+over planes of whole 16-byte vectors, ``"strips"`` (a
 launch variant) for windows that tile the input, ``"vectors"`` (a launch variant) for sliding windows
 over rows of whole 16-byte vectors.
 
@@ -153,9 +154,11 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
     if stages_planes(spec, dtype, PLANES_PER_BLOCK):
         unstaged = [{"kernel": "planes", "threads": t, "staged": False} for t in (PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK)
                     ] if loads_planes_whole(spec, dtype) else []
-        lanes = [{"kernel": "lanes", "threads": t} for t in (BLOCK, BLOCK // 2)] if plane_lanes(spec, dtype) else []
-        return [{"kernel": "planes", "threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
-                if stages_planes(spec, dtype, t)] + unstaged + lanes
+        # Lanes first where they apply: 6.0 µs against 6.3-7.4 for every planes variant on
+        # textcnn-global (h200-s9b-spectral-maxpool1d-topk-5dfb271).
+        lanes = [{"kernel": "lanes", "threads": t} for t in (BLOCK // 2, BLOCK)] if plane_lanes(spec, dtype) else []
+        return lanes + [{"kernel": "planes", "threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
+                        if stages_planes(spec, dtype, t)] + unstaged
     window = [{"kernel": "window", "threads": t} for t in (BLOCK, BLOCK // 2, BLOCK * 2)]
     predicated = [{"kernel": "window", "threads": BLOCK, "predicated": True}]
     tile = default_tile(spec, dtype)
