@@ -202,6 +202,12 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             T.annotate_layout({fragment: thread_major(G, m, threads, dtype.itemsize)})
         return fragment
 
+    @T.macro
+    def load_row(fragment, element):
+        """fragment[g, j] = element(g, j) over the row (a row fragment, see ``row_fragment``)."""
+        for g, j in T.Parallel(G, m):
+            fragment[g, j] = element(g, j)
+
     # Per-element terms of the reductions, as functions of (g, j) for reduce_row.
     def values_of(raw):
         return lambda g, j: value(raw, g, j)
@@ -244,22 +250,17 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         exchange = exchange_slots(REDUCTIONS, threads) if plain else None
         stat = T.alloc_fragment((G,), F32)
         mean = T.alloc_fragment((G,), F32)
-        for g, j in T.Parallel(G, m):
-            raw[g, j] = X[at(row, g, j)]
+        load_row(raw, lambda g, j: X[at(row, g, j)])
         if prefetch and spec.weight is not None:
             W_row = row_fragment(dt)
-            for g, j in T.Parallel(G, m):
-                W_row[g, j] = W[col(g, j)]
+            load_row(W_row, lambda g, j: W[col(g, j)])
         if prefetch and spec.bias:
             B_row = row_fragment(dt)
-            for g, j in T.Parallel(G, m):
-                B_row[g, j] = B[col(g, j)]
+            load_row(B_row, lambda g, j: B[col(g, j)])
         if prefetch and spec.modulated:
             Shift_row, Scale_row = row_fragment(dt), row_fragment(dt)
-            for g, j in T.Parallel(G, m):
-                Shift_row[g, j] = Shift[row // rows_per_sample, col(g, j)]
-            for g, j in T.Parallel(G, m):
-                Scale_row[g, j] = Scale[row // rows_per_sample, col(g, j)]
+            load_row(Shift_row, lambda g, j: Shift[row // rows_per_sample, col(g, j)])
+            load_row(Scale_row, lambda g, j: Scale[row // rows_per_sample, col(g, j)])
         if prefetch:
             W, B = W_row if spec.weight is not None else W, B_row if spec.bias else B
             Shift, Scale = (Shift_row, Scale_row) if spec.modulated else (Shift, Scale)
