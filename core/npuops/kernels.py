@@ -74,6 +74,17 @@ def thread_owned(shape: Sequence[int], thread_dim: int) -> Any:
                     forward_index_fn=lambda *i: sum(i[d] * strides[d] for d in rest))
 
 
+def interleaved_vectors(rows: int, length: int, lanes: int, vector: int) -> Any:
+    """A fragment layout for ``T.annotate_layout`` of a (rows, length) tile: row p spread over the
+    ``lanes`` threads from p * lanes, element k in vector k // ``vector``, vector c on lane
+    c % lanes. Each thread holds whole vectors, lanes apart, as TileLang lays out a row it loads
+    in vectors, so a kernel that combines a thread's own elements knows which they are."""
+    from tilelang.layout import Fragment
+
+    return Fragment((rows, length), forward_thread_fn=lambda p, k: p * lanes + k // vector % lanes,
+                    forward_index_fn=lambda p, k: k // (vector * lanes) * vector + k % vector)
+
+
 def single_thread_layouts(prim_func: Any) -> Any:
     """``prim_func`` with its ``T.annotate_layout`` fragment layouts replaced by one thread holding
     each fragment whole. A layout that gives each GPU thread its own elements (so that they load as

@@ -12,7 +12,7 @@ TileLang is imported when a kernel is built.
 
 import math
 
-from npuops.kernels import VECTOR_BYTES, thread_owned
+from npuops.kernels import VECTOR_BYTES, interleaved_vectors, thread_owned
 
 F32 = "float32"
 WARP = 32
@@ -24,15 +24,10 @@ def vector_elements(length: int, threads: int, itemsize: int) -> int:
     return math.gcd(VECTOR_BYTES // itemsize, length // threads)
 
 
-def thread_major(rows: int, length: int, threads: int, itemsize: int):
-    """Layout of a (rows, length) fragment of which element j of each row lies in vector j // vec
-    (:func:`vector_elements`), vector c on thread c % threads: each thread holds whole vectors,
-    several threads apart."""
-    import tilelang.language as T
-
-    vec = vector_elements(length, threads, itemsize)
-    return T.Fragment((rows, length), forward_thread_fn=lambda g, j: (j // vec) % threads,
-                      forward_index_fn=lambda g, j: j // (vec * threads) * vec + j % vec)
+def thread_major(length: int, threads: int, itemsize: int):
+    """Layout of a (1, length) row fragment whose vectors (:func:`vector_elements`) are interleaved
+    over all ``threads`` (``npuops.kernels.interleaved_vectors``)."""
+    return interleaved_vectors(1, length, threads, vector_elements(length, threads, itemsize))
 
 
 def exchange_slots(slots: int, threads: int):

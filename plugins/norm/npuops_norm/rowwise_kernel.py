@@ -199,7 +199,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         """A (G, m) register fragment; on plain rows laid out thread-major (see ``plain``)."""
         fragment = T.alloc_fragment((G, m), dtype_)
         if plain:
-            T.annotate_layout({fragment: thread_major(G, m, threads, dtype.itemsize)})
+            T.annotate_layout({fragment: thread_major(m, threads, dtype.itemsize)})  # G == 1
         return fragment
 
     @T.macro

@@ -81,7 +81,7 @@ def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = RO
              UOut: T.Tensor((1,), dt), VOut: T.Tensor((cols,), dt)):
         with T.Kernel(1, threads=threads) as _:
             w = T.alloc_fragment((1, cols), dt)
-            T.annotate_layout({w: thread_major(1, cols, threads, itemsize)})
+            T.annotate_layout({w: thread_major(cols, threads, itemsize)})
             exchange = exchange_slots(1, threads)
             ww = T.alloc_fragment((1,), F32)
             u0 = T.alloc_var(F32)

@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops.kernels import VECTOR_BYTES, KernelSpec, thread_owned, tilelang_dtype
+from npuops.kernels import VECTOR_BYTES, KernelSpec, interleaved_vectors, thread_owned, tilelang_dtype
 
 F32 = "float32"
 BLOCK = 256  # threads per block of the window kernels
@@ -290,7 +290,6 @@ def lanes_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
     lanes' partial results meet in shared memory (TileLang's shuffle reduction does not build for
     the CPU target), where the plane's first lane combines them."""
     import tilelang.language as T
-    from tilelang.layout import Fragment
 
     dt = tilelang_dtype(dtype)
     planes, size = math.prod(input_shape[:2]), math.prod(input_shape[2:])
@@ -305,8 +304,7 @@ def lanes_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
     def main(X: T.Tensor((planes, size), dt), Y: T.Tensor((planes, 1), dt)):
         with T.Kernel(T.ceildiv(planes, per_block), threads=block) as bx:
             tile = T.alloc_fragment((per_block, size), dt)
-            T.annotate_layout({tile: Fragment((per_block, size), forward_thread_fn=lambda p, k: p * lanes + k // vector % lanes,
-                                              forward_index_fn=lambda p, k: k // (vector * lanes) * vector + k % vector)})
+            T.annotate_layout({tile: interleaved_vectors(per_block, size, lanes, vector)})
             partial = T.alloc_shared((per_block, lanes), F32)
             acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
             for p, k in T.Parallel(per_block, size):
