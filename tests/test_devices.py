@@ -38,14 +38,28 @@ def flusher(monkeypatch):
 
     monkeypatch.setattr(devices, "_persisting_l2_reset", lambda: reset)
     flush = device.cache_flusher()
+    zero_, sum_ = torch.Tensor.zero_, torch.sum
+
+    def overwrite(tensor):
+        calls.append(f"overwrite {tensor.nbytes}")
+        return zero_(tensor)
+
+    def read(tensor, *args, **kwargs):
+        calls.append(f"read {tensor.nbytes}")
+        return sum_(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "zero_", overwrite)
+    monkeypatch.setattr(torch, "sum", read)
     return flush, calls, lambda value: status.__setitem__(0, value)
 
 
-def test_cuda_flush_resets_persisting_lines_after_queued_work(flusher):
+def test_cuda_flush_resets_persisting_lines_after_queued_work_then_leaves_only_clean_lines(flusher):
+    """Twice the L2 (64 MiB at least) overwritten, then as much read: the overwrite's dirty lines
+    are written back during the flush, not during the timed call."""
     flush, calls, _ = flusher
     flush()
     flush()
-    assert calls == ["synchronize", "reset"] * 2
+    assert calls == ["synchronize", "reset", f"overwrite {64 << 20}", f"read {64 << 20}"] * 2
 
 
 def test_cuda_flush_reports_a_failed_reset(flusher):

@@ -97,3 +97,27 @@ def test_flush_evicts_lines_kept_with_evict_last(registry):
     same = measure(lambda: read(copies[0]), device, "eager", options).median_ms
     fresh = measure(lambda: read(next(fresh_copies)), device, "eager", options).median_ms
     assert same > 0.93 * fresh, f"the same buffer read in {same * 1e3:.2f} µs, fresh copies in {fresh * 1e3:.2f} µs"
+
+
+def test_flush_leaves_no_write_back_debt(registry, monkeypatch):
+    """The flush overwrites twice the L2, leaving it full of dirty lines; unless it also reads as
+    much back, their write-back lands in the timed call. One more clean read of twice the L2 must
+    then change nothing (an overwrite-only flush left about 3 µs of write-back in a 64 MiB
+    kernel on the H200: benchmarks/h200-s10-hint-probe.jsonl)."""
+    device = registry.device("cuda")
+    src = torch.randn(8 << 20, device="cuda")  # 32 MiB read, 32 MiB written
+    dst = torch.empty_like(src)
+    extra = torch.ones(torch.cuda.get_device_properties(0).L2_cache_size // 2, device="cuda")  # 2x L2
+    total = torch.empty((), device="cuda")
+    options = TimingOptions(budget_s=0.3)
+    as_flushed = measure(lambda: dst.copy_(src), device, "eager", options).median_ms
+    flusher = device.cache_flusher
+
+    def read_once_more():
+        flush = flusher()
+        return lambda: (flush(), torch.sum(extra, dim=0, out=total))
+
+    monkeypatch.setattr(device, "cache_flusher", read_once_more)
+    cleaner = measure(lambda: dst.copy_(src), device, "eager", options).median_ms
+    assert abs(as_flushed - cleaner) < 0.03 * cleaner, (
+        f"copy after the flush {as_flushed * 1e3:.2f} µs, after one more clean read {cleaner * 1e3:.2f} µs")
