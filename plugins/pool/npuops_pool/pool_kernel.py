@@ -579,7 +579,7 @@ def flat_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
     dt = tilelang_dtype(dtype)
     planes = math.prod(input_shape[:2])
     (L,), (oL,) = spec.spatial_in, spec.spatial_out
-    (_, _, k), (_, _, s), (_, _, p), (_, _, d) = taps, _, padding, _ = _sliding(spec)
+    (_, _, k), (_, _, s), (_, _, p), (_, _, d) = _sliding(spec)
     vector = VECTOR_BYTES // dtype.itemsize
     total, per_block = planes * oL, outputs * block
     span = flat_span(spec, planes, per_block, vector)
