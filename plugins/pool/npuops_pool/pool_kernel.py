@@ -130,7 +130,8 @@ def default_tile(spec: Pooling, dtype: torch.dtype, outputs: int = OUTPUTS_PER_B
 
 def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, kernel: str | None = None,
                 threads: int | None = None, rows: int | None = None, cols: int | None = None,
-                predicated: bool = False, outputs: int | None = None, staged: bool = True) -> KernelSpec:
+                predicated: bool = False, outputs: int | None = None, staged: bool = True,
+                lanes: int | None = None) -> KernelSpec:
     """The kernel for ``spec``: the default's, or the one a launch config from
     :func:`launch_variants` names (``rows`` x ``cols`` is the tile of a "rows" kernel)."""
     if kernel is None:
@@ -138,7 +139,7 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
     if kernel == "planes":
         return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK, staged)
     if kernel == "lanes":
-        return lanes_kernel(spec, input_shape, dtype, threads or BLOCK)
+        return lanes_kernel(spec, input_shape, dtype, threads or BLOCK, lanes)
     if kernel == "rows":
         tile = (rows, cols) if rows and cols else default_tile(spec, dtype)
         return rows_kernel(spec, input_shape, dtype, threads or BLOCK, *tile)
@@ -158,7 +159,13 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
                     ] if loads_planes_whole(spec, dtype) else []
         # Lanes first where they apply: 6.0 µs against 6.3-7.4 for every planes variant on
         # textcnn-global (h200-s9b-spectral-maxpool1d-topk-5dfb271).
-        lanes = [{"kernel": "lanes", "threads": t} for t in (BLOCK // 2, BLOCK)] if plane_lanes(spec, dtype) else []
+        most = plane_lanes(spec, dtype)
+        # Half the lanes, two vectors each, in smaller blocks too: torch.compile's kernel gives a
+        # 128-long plane 8 threads and a block 8 planes (textcnn-global, 3.9 µs in Nsight Compute
+        # against 4.2 for lanes of one vector: benchmarks/h200-s10-ncu-probe.jsonl).
+        lanes = [{"kernel": "lanes", "threads": t} for t in (BLOCK // 2, BLOCK)] + [
+            {"kernel": "lanes", "threads": t, "lanes": most // 2} for t in (BLOCK // 4, BLOCK // 2) if most >= 4
+        ] if most else []
         return lanes + [{"kernel": "planes", "threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
                         if stages_planes(spec, dtype, t)] + unstaged
     window = [{"kernel": "window", "threads": t} for t in (BLOCK, BLOCK // 2, BLOCK * 2)]
@@ -288,10 +295,12 @@ def plane_lanes(spec: Pooling, dtype: torch.dtype) -> int | None:
     return lanes if lanes >= 2 else None
 
 
-def lanes_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int) -> KernelSpec:
-    """Global pooling with ``lanes`` threads per plane (:func:`plane_lanes`): lane g loads vectors
-    g, g + lanes, ... of its plane, so a warp's load instruction reads whole planes, contiguous (the
-    unstaged planes kernel's thread per plane makes every load instruction touch 32 planes). The
+def lanes_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int,
+                 lanes: int | None = None) -> KernelSpec:
+    """Global pooling with ``lanes`` threads per plane (a divisor of :func:`plane_lanes`, by
+    default all of them): lane g loads vectors g, g + lanes, ... of its plane, so a warp's load
+    instruction reads whole planes, contiguous (the unstaged planes kernel's thread per plane
+    makes every load instruction touch 32 planes). The
     lanes' partial results meet in shared memory (TileLang's shuffle reduction does not build for
     the CPU target), where the plane's first lane combines them."""
     import tilelang.language as T
@@ -299,7 +308,10 @@ def lanes_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
     dt = tilelang_dtype(dtype)
     planes, size = math.prod(input_shape[:2]), math.prod(input_shape[2:])
     vector = VECTOR_BYTES // dtype.itemsize
-    lanes = plane_lanes(spec, dtype)
+    most = plane_lanes(spec, dtype)
+    lanes = lanes or most
+    if not most or most % lanes or lanes < 2:
+        raise ValueError(f"lanes must be a divisor of {most} and at least 2, got {lanes}")
     per_block = block // lanes
     vectors_per_lane = size // (vector * lanes)
     divisor = float(spec.divisor_override or size)
