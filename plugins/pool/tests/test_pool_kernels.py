@@ -249,3 +249,20 @@ def test_nan_propagates_as_in_pytorch(op_name, params):
     out = impl.build(op, w, device.torch_device())(input=x)
     assert op.compare(out, op.reference({"input": x}, w), w).ok
     assert torch.isnan(out[0, 0]).any() and not torch.isnan(out[0, 1]).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name,shape,params", [
+    ("MaxPool1dFwd", (2, 5, 40), dict(kernel_size=3, stride=3)),  # flat blocks spanning planes
+    ("AvgPool1dFwd", (3, 3, 37), dict(kernel_size=4, stride=3, padding=2, ceil_mode=True, count_include_pad=False)),
+    ("MaxPool1dFwd", (3, 70, 64), dict(kernel_size=64)),  # lanes, whole and half
+])
+def test_every_launch_variant_passes_the_gate_on_the_gpu(op_name, shape, params):
+    device = REGISTRY.device("cuda")
+    op, impl = REGISTRY.op(op_name), REGISTRY.implementation(op_name, "tilelang")
+    w = make_workload(op_name, shape, "bf16", **params)
+    variants = op.tilelang_variants(w)
+    variants += SMALL_FLAT if any(v["kernel"] == "flat" for v in variants) else []
+    for config in variants:
+        result = check(op, w, impl.build(op, w, device.torch_device(), config=config), device, seed=5)
+        assert result.ok, (config, result.detail)
