@@ -3,7 +3,7 @@ launch config): ``"rows"`` for sliding windows, ``"window"`` for adaptive window
 fallback), ``"planes"`` for windows that are the whole input (global pooling) and ``"lanes"`` for those
 over planes of whole 16-byte vectors, ``"strips"`` (a
 launch variant) for windows that tile the input, ``"vectors"`` (a launch variant) for sliding windows
-over rows of whole 16-byte vectors, ``"flat"`` (a launch variant) for 1-d sliding windows.
+over rows of whole 16-byte vectors.
 
 Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
 input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1). Max propagates NaN
@@ -147,8 +147,6 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
         return strips_kernel(spec, input_shape, dtype, threads or BLOCK)
     if kernel == "vectors":
         return vectors_kernel(spec, input_shape, dtype, threads or BLOCK, outputs or vector_outputs(spec, dtype))
-    if kernel == "flat":
-        return flat_kernel(spec, input_shape, dtype, threads or BLOCK, outputs or VECTOR_BYTES // dtype.itemsize)
     return window_kernel(spec, input_shape, dtype, threads or BLOCK, predicated)
 
 
@@ -158,14 +156,12 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
         unstaged = [{"kernel": "planes", "threads": t, "staged": False} for t in (PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK)
                     ] if loads_planes_whole(spec, dtype) else []
         # Lanes first where they apply: 6.0 µs against 6.3-7.4 for every planes variant on
-        # textcnn-global (h200-s9b-spectral-maxpool1d-topk-5dfb271).
+        # textcnn-global (h200-s9b-spectral-maxpool1d-topk-5dfb271). Half the lanes, two vectors
+        # each, first of those, as torch.compile's kernel gives a 128-long plane 8 threads: 5.18 µs
+        # against 5.73 for lanes of one vector (h200-s10a-norm-pool-b18ea1e).
         most = plane_lanes(spec, dtype)
-        # Half the lanes, two vectors each, in smaller blocks too: torch.compile's kernel gives a
-        # 128-long plane 8 threads and a block 8 planes (textcnn-global, 3.9 µs in Nsight Compute
-        # against 4.2 for lanes of one vector: benchmarks/h200-s10-ncu-probe.jsonl).
-        lanes = [{"kernel": "lanes", "threads": t} for t in (BLOCK // 2, BLOCK)] + [
-            {"kernel": "lanes", "threads": t, "lanes": most // 2} for t in (BLOCK // 4, BLOCK // 2) if most >= 4
-        ] if most else []
+        lanes = [{"kernel": "lanes", "threads": t, "lanes": most // 2} for t in (BLOCK // 2, BLOCK // 4) if most >= 4] + [
+            {"kernel": "lanes", "threads": t} for t in (BLOCK // 2, BLOCK)] if most else []
         return lanes + [{"kernel": "planes", "threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
                         if stages_planes(spec, dtype, t)] + unstaged
     window = [{"kernel": "window", "threads": t} for t in (BLOCK, BLOCK // 2, BLOCK * 2)]
@@ -183,12 +179,9 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
     outputs = vector_outputs(spec, dtype)
     vectors = [{"kernel": "vectors", "threads": t, "outputs": outputs * m} for m in (1, 2) for t in (BLOCK // 2, BLOCK)
                ] if outputs else []
-    vector = VECTOR_BYTES // dtype.itemsize
-    flat = [{"kernel": "flat", "threads": t, "outputs": vector * m} for m in (1, 2) for t in (BLOCK, BLOCK // 2)
-            ] if len(spec.spatial_in) == 1 else []
     # Half-size window blocks too: on small inputs (AvgPool3d divisor: 124 blocks of 256) they fill every SM.
     first = [*rows, *strips, *window[:2]] if prefers_rows(spec) else [*window[:2], *rows, *strips]
-    return [*first, *flat, *vectors, *predicated]
+    return [*first, *vectors, *predicated]
 
 
 def prefers_rows(spec: Pooling) -> bool:
@@ -556,85 +549,6 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
         {"output": dtype},
         (("output", (*input_shape[:2], *spec.spatial_out)),),
         {"kernel": "vectors", "threads": block, "outputs": outputs, "span": span},
-    )
-
-
-def flat_span(spec: Pooling, planes: int, per_block: int, vector: int) -> int:
-    """Input elements a "flat" block stages (the most any block needs): from the first tap its
-    outputs read, rounded down to a vector, to the last, over every plane they span."""
-    (L,), (oL,) = spec.spatial_in, spec.spatial_out
-    (_, _, k), (_, _, s), (_, _, p), (_, _, d) = _sliding(spec)
-    total = planes * oL
-
-    def first(o):
-        return (o // oL * L + max(o % oL * s - p, 0)) // vector * vector
-
-    def end(o):
-        return o // oL * L + min(o % oL * s - p + (k - 1) * d + 1, L)
-
-    longest = max(end(min(o + per_block, total) - 1) - first(o) for o in range(0, total, per_block))
-    return -(-longest // vector) * vector
-
-
-def flat_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int,
-                outputs: int) -> KernelSpec:
-    """1-d sliding windows over the planes as one flat row: a block takes ``outputs`` x ``block``
-    consecutive outputs, which may span planes, and stages the one contiguous stretch of input
-    they read (16-byte loads); each thread then reduces windows a block apart (shared-memory
-    reads a stride apart: few bank conflicts), writes them back to shared memory, and each stores
-    ``outputs`` adjacent ones as whole vectors. The "rows" kernel's tiles follow the planes: its
-    stores are single elements wherever a plane's output length leaves no whole vectors
-    (sincnet-speaker-local: 1365 outputs), and the "vectors" kernel's are single elements strided
-    a vector apart, each written sector taking several partial writes."""
-    import tilelang.language as T
-
-    dt = tilelang_dtype(dtype)
-    planes = math.prod(input_shape[:2])
-    (L,), (oL,) = spec.spatial_in, spec.spatial_out
-    (_, _, k), (_, _, s), (_, _, p), (_, _, d) = _sliding(spec)
-    vector = VECTOR_BYTES // dtype.itemsize
-    total, per_block = planes * oL, outputs * block
-    span = flat_span(spec, planes, per_block, vector)
-    pieces = span // vector
-    identity = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
-    whole = total % outputs == 0  # every thread's outputs are in or out together: vector stores
-
-    @T.prim_func
-    def main(X: T.Tensor((planes * L,), dt), Y: T.Tensor((total,), dt)):
-        with T.Kernel(T.ceildiv(total, per_block), threads=block) as bx:
-            # One shared buffer: the staged input, then the block's outputs.
-            staged = T.alloc_shared((span + per_block,), dt)
-            acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
-            o0 = bx * per_block
-            first = (o0 // oL * L + T.max(o0 % oL * s - p, 0)) // vector * vector
-            for step in T.serial(-(-pieces // block)):
-                for t, e in T.Parallel(block, vector):
-                    piece = step * block + t
-                    if piece < pieces:
-                        i = first + piece * vector + e
-                        staged[piece * vector + e] = T.if_then_else(i < planes * L, X[i], T.Cast(dt, identity))
-            for step in T.serial(outputs):
-                for t in T.Parallel(block):
-                    o = o0 + step * block + t
-                    start = o % oL * s - p
-                    acc = identity
-                    for j in T.serial(k):
-                        w = start + j * d
-                        inside = (w >= 0) & (w < L)
-                        v = T.Cast(F32, staged[T.max(T.min(o // oL * L + w - first, span - 1), 0)])
-                        acc = T.if_then_else(inside, _accumulate(spec, acc, v), acc)
-                    staged[span + step * block + t] = T.Cast(dt, _result(spec, acc, (start,), (L,), (k,), (L,), (p,)))
-            for t, e in T.Parallel(block, outputs):
-                o = o0 + t * outputs + e
-                if (o0 + t * outputs if whole else o) < total:
-                    Y[o] = staged[span + t * outputs + e]
-
-    return KernelSpec(
-        main,
-        (("input", (planes * L,)), ("output", (total,))),
-        {"output": dtype},
-        (("output", (*input_shape[:2], oL)),),
-        {"kernel": "flat", "threads": block, "outputs": outputs, "staged": span},
     )
 
 
