@@ -8,6 +8,7 @@ module is itself the built-in plugin that registers the three.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 import os
 import platform
@@ -125,6 +126,7 @@ class CPUDevice(Device):
         }
 
 
+@functools.cache  # one lookup per process, not one per measurement
 def _persisting_l2_reset() -> Callable[[], int]:
     """The CUDA driver's ``cuCtxResetPersistingL2Cache`` (torch exposes no binding for it)."""
     for library in ("libcuda.so.1", "nvcuda.dll"):
