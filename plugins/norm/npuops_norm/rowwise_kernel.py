@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from npuops.kernels import VECTOR_BYTES, KernelSpec, tilelang_dtype
 
-from .block_reduce import block_reducer, exchange_slots, thread_major
+from .block_reduce import block_reducer, cluster_kernel, cluster_split, exchange_slots, thread_major
 
 F32 = "float32"
 MAX_THREADS = 1024
@@ -61,6 +61,15 @@ class RowNorm:
     segments: int = 1
 
 
+def row_cluster(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[int, int] | None:
+    """(blocks, threads) splitting each row over a cluster (block_reduce.cluster_split): a few wide
+    plain rows only."""
+    rows = math.prod(shape[:-1])
+    if rows > FEW_ROWS or spec.groups > 1 or spec.segments > 1:
+        return None
+    return cluster_split(shape[-1], dtype.itemsize)
+
+
 def launch_threads(hidden: int, itemsize: int, per_thread: int = ELEMENTS_PER_THREAD) -> tuple[int, int]:
     """(threads per row-block, padded row length). Prefers a power-of-two thread count dividing the row
     so each thread's share loads as whole 16-byte vectors, with about ``per_thread`` elements each;
@@ -100,6 +109,12 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         variants += [{**config, "prefetch": True} for config in variants if config["min_blocks"] > 1]
     if spec.groups == 1 and spec.segments == 1:
         variants.append({**variants[0], "tile_allreduce": True})
+    split = row_cluster(spec, shape, dtype)
+    if split:  # the rule's cluster first, then twice the threads, then half the blocks
+        blocks, threads = split
+        variants = [{"threads": threads, "min_blocks": 1, "cluster": blocks},
+                    {"threads": threads * 2, "min_blocks": 1, "cluster": blocks},
+                    {"threads": threads * 2, "min_blocks": 1, "cluster": blocks // 2}, *variants]
     return variants
 
 
@@ -115,13 +130,14 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
 
 def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1,
                    threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
-                   tile_allreduce: bool = False) -> KernelSpec:
+                   tile_allreduce: bool = False, cluster: int | None = None) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
     override the launch rule; ``tile_allreduce`` reduces plain rows with TileLang's block
     all-reduce too (a variant: it measured up to 3% faster on a few 16384-wide prefill rows in
-    h200-s7a, slower on every decode row)."""
+    h200-s7a, slower on every decode row); ``cluster`` (blocks per row, see :func:`row_cluster`)
+    too."""
     import tilelang.language as T
 
     segs = spec.segments
@@ -130,31 +146,43 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     dt = tilelang_dtype(dtype)
     G = spec.groups if segs == 1 else segs
     n = hidden // spec.groups  # elements of one group (or one whole segment)
+    if cluster is None:  # the rule's split, unless the launch names its threads
+        split = row_cluster(spec, shape, dtype) if threads is None else None
+        cluster, threads = split or (1, threads)
+    span = hidden * segs // cluster  # elements of a row one block holds
     if threads is None:
-        threads, padded = launch_threads(hidden * segs, dtype.itemsize, elements_per_thread(rows))
+        threads, padded = launch_threads(span, dtype.itemsize, elements_per_thread(rows))
     else:
-        padded = -(-hidden * segs // threads) * threads
+        padded = -(-span // threads) * threads
     if min_blocks is None:
         min_blocks = min_blocks_per_sm(rows)
     if segs > 1:
         padded = hidden * segs
-    if padded != hidden * segs and G > 1:
+    if padded != span and G > 1:
         raise ValueError(rowwise_unsupported(spec, shape, dtype))
+    plain = G == 1 and not tile_allreduce
+    if cluster > 1 and (not plain or hidden % cluster or padded != span):
+        raise ValueError(f"a row split over {cluster} blocks needs one group and slices the {threads} threads of a "
+                         f"block share evenly, got rows {hidden} wide in {G} groups")
     m = padded // G  # per-group length held in registers; the tail past n (if any) is masked
     rows_per_sample = rows // samples
+    # Where this block's slice of the row starts: bound when the kernel's block index is (a cluster
+    # splits the row; otherwise 0).
+    slice_start = {"column": 0}
 
     def col(g, j):
         """Column of element j of group g; clamped in bounds on padded rows (the tail is masked)."""
+        if cluster > 1:
+            return slice_start["column"] + j
         return g * n + j if m == n else T.min(g * n + j, hidden - 1)
 
     def at(row, g, j):
         """Index of element j of group (or segment) g of ``row`` in a row tensor."""
         return (g, row, j) if segs > 1 else (row, col(g, j))
 
-    masked = m != n
+    masked = padded != span
     # A plain row (one group, one segment) is laid out thread-major and reduced with one barrier
     # (see block_reduce); grouped rows by TileLang's block all-reduce.
-    plain = G == 1 and not tile_allreduce
 
     def value(raw, g, j):
         """Element j of group g in f32; 0 in the masked tail of a padded row."""
@@ -224,7 +252,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             return T.if_then_else(j < n, y, 0.0) if masked else y
         return term
 
-    reduce_plain = block_reducer(threads, m, dtype.itemsize) if plain else None
+    reduce_plain = block_reducer(threads, m, dtype.itemsize, cluster) if plain else None
 
     @T.macro
     def reduce_row(term, out, kind, exchange, slot):
@@ -247,7 +275,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         # is recomputed from them where needed. Half the registers of an f32 copy, so more rows
         # are in flight per SM (the bound on these memory-bound kernels).
         raw = row_fragment(dt)
-        exchange = exchange_slots(REDUCTIONS, threads) if plain else None
+        exchange = exchange_slots(REDUCTIONS, threads, cluster) if plain else None
         stat = T.alloc_fragment((G,), F32)
         mean = T.alloc_fragment((G,), F32)
         load_row(raw, lambda g, j: X[at(row, g, j)])
@@ -273,6 +301,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             for g, j in T.Parallel(G, m):
                 if not masked or j < n:
                     R[at(row, g, j)] = raw[g, j]
+        if cluster > 1:
+            T.cluster_wait()  # every block of the cluster has started: the reductions may write to it
         if spec.stat == "meanvar":
             reduce_row(values_of(raw), mean, "sum", exchange, 0)
             for g in T.Parallel(G):
@@ -344,7 +374,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 Q, S = arg("q", row_shape, "int8"), arg("scale_out", (rows, 1), F32)
             else:
                 Y = arg("y", row_shape)
-        with T.Kernel(rows, 2 if spec.pair else 1, threads=threads) as (row, which):
+        with cluster_kernel(rows * cluster, cluster, threads, 2 if spec.pair else 1) as (block, which):
+            row = block // cluster if cluster > 1 else block
+            slice_start["column"] = block % cluster * span
+            if cluster > 1:
+                T.cluster_arrive_relaxed()
             if min_blocks > 1:
                 T.annotate_min_blocks_per_sm(min_blocks)
             if spec.pair:
@@ -371,4 +405,4 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         outputs = {"y": dtype}
     return KernelSpec(main, tuple(params), outputs, returns,
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "rows_per_block": 1, "padded_to": padded,
-                       "masked": masked, "prefetch": prefetch, "warp_reduce": plain})
+                       "masked": masked, "prefetch": prefetch, "warp_reduce": plain, "cluster": cluster})

@@ -14,13 +14,14 @@ work. With t = Wᵀu, nt = max(||t||, eps) and z = W t, v' = t / nt and s = W v'
 5. out = W / sigma, rows in the reverse of pass 3's order so the rows pass 3 read last (the
    likeliest still in L2) are read first                          (one block per row)
 
-A single row (R == 1, the decode workloads) is one block: with w = W[0] and u0 = u[0],
+A single row (R == 1, the decode workloads) is one launch: with w = W[0] and u0 = u[0],
 t = u0 w, so ||t||² = u0² ||w||², s = w·v' = u0 ||w||² / nt and sigma follow from one reduction
-(a one-barrier block reduction, see block_reduce). Pass 3 keeps TileLang's all-reduce: the
+(a one-barrier block reduction, see block_reduce), over a cluster of blocks where the row is wide
+enough (block_reduce.cluster_split). Pass 3 keeps TileLang's all-reduce: the
 one-barrier form measured 1-7% slower on the prefill rows (h200-s8a, h200-s8b against h200-s7b).
 
-Launch variants (``npuops run --tune``): threads of the per-row kernels (3, 5 and the single row)
-and row chunks of the column partials; the default comes first.
+Launch variants (``npuops run --tune``): threads of the per-row kernels (3, 5 and the single row),
+the single row's cluster, and row chunks of the column partials; the default comes first.
 
 TileLang is imported when a kernel is built. (No ``from __future__ import annotations`` here:
 TileLang evaluates the prim_funcs' tensor annotations, which must see the enclosing shapes.)
@@ -32,7 +33,7 @@ from collections.abc import Callable
 import torch
 from npuops.kernels import compile_kernel, tilelang_dtype
 
-from .block_reduce import block_reducer, exchange_slots, thread_major
+from .block_reduce import block_reducer, cluster_kernel, cluster_split, exchange_slots, thread_major
 
 F32 = "float32"
 COLUMN_TILE = 2048  # columns per block of the column-partial kernel (256 threads x 8)
@@ -63,7 +64,9 @@ def default_row_chunks(rows: int, cols: int) -> int:
 def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     """Launch configurations ``npuops run --tune`` chooses among, the default first."""
     if rows == 1:
-        return [{"threads": t} for t in (ROW_THREADS, ROW_THREADS * 2, ROW_THREADS // 2)]
+        split = cluster_split(cols, 2)
+        clustered = [{"threads": t, "cluster": split[0]} for t in (split[1], split[1] * 2)] if split else []
+        return clustered + [{"threads": t} for t in (ROW_THREADS, ROW_THREADS * 2, ROW_THREADS // 2)]
     chunks = default_row_chunks(rows, cols)
     pairs = [(ROW_THREADS, chunks), (ROW_THREADS // 2, chunks), (ROW_THREADS * 2, chunks), (ROW_THREADS, chunks // 2)]
     if chunks * 2 * ROW_UNROLL <= rows:
@@ -71,23 +74,29 @@ def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     return [{"threads": t, "row_chunks": k} for t, k in pairs]
 
 
-def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = ROW_THREADS):
+def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = ROW_THREADS, cluster: int = 1):
     import tilelang.language as T
 
-    reduce = block_reducer(threads, cols, itemsize)
+    span = cols // cluster  # columns of one block
+    reduce = block_reducer(threads, span, itemsize, cluster)
 
     @T.prim_func
     def main(W: T.Tensor((1, cols), dt), U: T.Tensor((1,), dt), Out: T.Tensor((1, cols), dt),
              UOut: T.Tensor((1,), dt), VOut: T.Tensor((cols,), dt)):
-        with T.Kernel(1, threads=threads) as _:
-            w = T.alloc_fragment((1, cols), dt)
-            T.annotate_layout({w: thread_major(cols, threads, itemsize)})
-            exchange = exchange_slots(1, threads)
+        with cluster_kernel(cluster, cluster, threads) as block:
+            start = block * span
+            if cluster > 1:
+                T.cluster_arrive_relaxed()
+            w = T.alloc_fragment((1, span), dt)
+            T.annotate_layout({w: thread_major(span, threads, itemsize)})
+            exchange = exchange_slots(1, threads, cluster)
             ww = T.alloc_fragment((1,), F32)
             u0 = T.alloc_var(F32)
             u0 = T.Cast(F32, U[0])  # loaded with the row: after the reduction its latency would add
-            for g, c in T.Parallel(1, cols):
-                w[g, c] = W[0, c]
+            for g, c in T.Parallel(1, span):
+                w[g, c] = W[0, start + c]
+            if cluster > 1:
+                T.cluster_wait()  # every block of the cluster has started: the reduction may write to it
             reduce(lambda c: T.Cast(F32, w[0, c]) * T.Cast(F32, w[0, c]), ww, "sum", exchange, 0)  # ||w||²
             nt = T.max(T.sqrt(u0 * u0 * ww[0]), eps)  # ||t||, t = u0 w
             s = u0 * ww[0] / nt  # w·v'
@@ -95,9 +104,15 @@ def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = RO
             # Variables, not expressions TileLang would inline: an f32 division per element binds the issue rate.
             v_scale, inv_sigma = T.alloc_var(F32), T.alloc_var(F32)
             v_scale, inv_sigma = u0 / nt, 1.0 / (u_new * s)
-            for g, c in T.Parallel(1, cols):
-                VOut[c] = T.Cast(dt, T.Cast(F32, w[g, c]) * v_scale)
-                Out[g, c] = T.Cast(dt, T.Cast(F32, w[g, c]) * inv_sigma)
+            # Both outputs computed into registers first, so each is stored in whole 16-byte vectors.
+            v_new, out = T.alloc_fragment((1, span), dt), T.alloc_fragment((1, span), dt)
+            T.annotate_layout({v_new: thread_major(span, threads, itemsize), out: thread_major(span, threads, itemsize)})
+            for g, c in T.Parallel(1, span):
+                v_new[g, c] = T.Cast(dt, T.Cast(F32, w[g, c]) * v_scale)
+                out[g, c] = T.Cast(dt, T.Cast(F32, w[g, c]) * inv_sigma)
+            for g, c in T.Parallel(1, span):
+                VOut[start + c] = v_new[g, c]
+                Out[g, start + c] = out[g, c]
             UOut[0] = T.Cast(dt, u_new)
 
     return main
@@ -213,14 +228,20 @@ def _scale(rows: int, cols: int, dt: str, threads: int = ROW_THREADS):
 
 
 def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float, device: torch.device,
-                          threads: int = ROW_THREADS, row_chunks: int | None = None) -> Callable:
+                          threads: int | None = None, row_chunks: int | None = None,
+                          cluster: int | None = None) -> Callable:
     """fn(weight, u, v) -> (weight / sigma, u', v'); v is not read (v' depends on W and u only).
-    ``threads`` and ``row_chunks``: a launch configuration from :func:`launch_variants`."""
+    ``threads``, ``row_chunks`` and ``cluster``: a launch configuration from :func:`launch_variants`
+    (by default its first)."""
     rows, cols = shape
     dt = tilelang_dtype(dtype)
+    if threads is None:  # the first launch variant's
+        default = launch_variants(rows, cols)[0]
+        threads, cluster = default["threads"], default.get("cluster", 1)
+    cluster = cluster or 1
     row_chunks = row_chunks or default_row_chunks(rows, cols)
     if rows == 1:
-        kernel = compile_kernel(_single_row(cols, dt, dtype.itemsize, eps, threads))
+        kernel = compile_kernel(_single_row(cols, dt, dtype.itemsize, eps, threads, cluster))
 
         def one_row(weight, u, v):
             out = torch.empty_like(weight)
@@ -228,7 +249,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
             kernel(weight, u, out, u_out, v_out)
             return out, u_out, v_out
 
-        one_row.config = {"kernels": 1, "threads": threads}
+        one_row.config = {"kernels": 1, "threads": threads, "cluster": cluster}
         return one_row
 
     partials, sum_partials, row_dots, finish, scale = (

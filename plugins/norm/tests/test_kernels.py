@@ -64,7 +64,7 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
         assert len({tuple(v.items()) for v in variants}) == len(variants) > 1
         for config in (variants[0], variants[-1]):
             threads = config["threads"]
-            kernels = [sk._single_row(cols, dt, 2, 1e-12, threads)] if rows == 1 else [
+            kernels = [sk._single_row(cols, dt, 2, 1e-12, threads, config.get("cluster", 1))] if rows == 1 else [
                 sk._column_partials(rows, cols, dt, config["row_chunks"]), sk._sum_partials(cols, config["row_chunks"]),
                 sk._row_dots(rows, cols, dt, threads), sk._finish(rows, cols, dt, 1e-12), sk._scale(rows, cols, dt, threads)]
             for prim_func in kernels:
@@ -133,6 +133,29 @@ def test_kernel_passes_the_gate_on_every_workload_and_odd_shapes(op_name):
     assert not failures, "\n".join(failures)
 
 
+CLUSTER_SHAPES = [(1, 12288), (3, 16384), (2, 32768)]  # 6 blocks of a row; several rows; 4096 per block
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", sorted(EXPECTED - {"GroupRMSNormFwd"}))
+def test_every_cluster_split_passes_the_gate_on_the_gpu(op_name):
+    """Every launch variant that splits rows over a cluster, on the catalog's decode rows and others."""
+    device = REGISTRY.device("cuda")
+    op, impl = REGISTRY.op(op_name), OURS[op_name]
+    shapes = CLUSTER_SHAPES if op_name != "SpectralNormPowerIterFwd" else [(1, 12288), (1, 32768)]
+    workloads = [w for w in list(op.workloads) + [reshaped(op, op.workloads[-1], r, h) for r, h in shapes]
+                 if not impl.why_not(op, w, device)]
+    checked, failures = 0, []
+    for w in workloads:
+        for config in op.tilelang_variants(w):
+            if config.get("cluster", 1) > 1:
+                checked += 1
+                result = check(op, w, impl.build(op, w, device.torch_device(), config=config), device, seed=13)
+                if not result.ok:
+                    failures.append(f"{w.key} {w.shapes} {config}: {result.detail}")
+    assert checked >= 2 * len(shapes) and not failures, "\n".join(failures)
+
+
 @pytest.mark.gpu
 def test_misaligned_input_is_rejected():
     device = REGISTRY.device("cuda")
@@ -154,14 +177,47 @@ def test_non_contiguous_input_is_rejected():
         fn(x=x, weight=torch.ones(4096, device="cuda", dtype=torch.bfloat16))
 
 
-@pytest.mark.parametrize("rows,hidden,threads", [(2048, 16384, 512), (2048, 4096, 128), (1, 4096, 512), (1, 8192, 1024)])
-def test_launch_rule(rows, hidden, threads):
+@pytest.mark.parametrize("rows,hidden,threads,cluster", [(2048, 16384, 512, 1), (2048, 4096, 128, 1), (1, 4096, 512, 1),
+                                                          (1, 8192, 128, 4), (1, 16384, 128, 8), (3, 12288, 128, 6),
+                                                          (1, 32768, 256, 8), (1, 7168, 128, 1), (16, 16384, 512, 1)])
+def test_launch_rule(rows, hidden, threads, cluster):
     """Many rows: ~32 elements per thread, registers for two blocks per SM; a few (decode): ~8 per
-    thread, registers unbounded."""
+    thread, registers unbounded, and a row 4 to 8 slices of 2048 wide split over a cluster of
+    blocks, 16 elements per thread."""
     from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
 
     config = rowwise_kernel(RowNorm("rms", 1e-6, weight="w"), (rows, hidden), torch.bfloat16).config
     assert config["threads"] == threads and config["min_blocks_per_sm"] == (2 if rows > 8 else 1)
+    assert config["cluster"] == cluster
+
+
+@pytest.mark.parametrize("stat,reductions", [("rms", 1), ("meanvar", 2)])
+def test_cluster_split_rows_meet_once_per_reduction(stat, reductions):
+    """Each block of the cluster reduces its slice in one barrier, waits once for the cluster to
+    start, then each reduction sends the block's result to every block (one store per block, from
+    as many threads) and meets the cluster at one barrier."""
+    from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
+
+    spec = rowwise_kernel(RowNorm(stat, 1e-6, weight="w", bias=stat == "meanvar"), (1, 16384), torch.bfloat16)
+    source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+    body = source[source.index("__launch_bounds__(128, 1)"):]
+    assert body.count("tl::cluster_arrive_relaxed()") == body.count("tl::cluster_wait()") == 1
+    assert body.count("tl::cluster_sync()") == body.count("npuops_store_to_cluster_rank(") == reductions
+    assert body.count("threadIdx.x) < 8)") == reductions
+    assert body.index("tl::cluster_wait()") > body.rindex("(X +")  # the row's loads are issued first
+
+
+def test_cluster_split_needs_plain_rows_of_whole_vectors():
+    from npuops_norm.rowwise_kernel import RowNorm, launch_variants, rowwise_kernel
+
+    with pytest.raises(ValueError, match="split over 8 blocks needs one group"):
+        rowwise_kernel(RowNorm("rms", 1e-6, groups=4), (1, 16384), torch.bfloat16, threads=128, cluster=8)
+    with pytest.raises(ValueError, match="slices the 128 threads of a block share evenly, got rows 8000 wide"):
+        rowwise_kernel(RowNorm("rms", 1e-6), (1, 8000), torch.bfloat16, threads=128, cluster=8)
+    variants = launch_variants(RowNorm("rms", 1e-6, weight="w"), (1, 16384), torch.bfloat16)
+    assert variants[:3] == [{"threads": 128, "min_blocks": 1, "cluster": 8}, {"threads": 256, "min_blocks": 1, "cluster": 8},
+                            {"threads": 256, "min_blocks": 1, "cluster": 4}]
+    assert not any("cluster" in v for v in launch_variants(RowNorm("rms", 1e-6, groups=8), (1, 16384), torch.bfloat16))
 
 
 @pytest.mark.parametrize("rows,prefetch,early", [(1, None, True), (2048, None, False), (2048, True, True)])
