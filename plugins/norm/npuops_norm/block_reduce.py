@@ -143,3 +143,92 @@ def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
                     out[g] = combine[kind](out[g], exchange[slot, 1, b])
 
     return reduce
+
+
+def moments_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
+    """A macro ``reduce(value, mean, m2, exchange)``: ``mean[0]`` and ``m2[0]`` = the mean and the
+    sum of squared deviations of ``value(j)`` over a row laid out as for :func:`block_reducer`
+    (the whole row's, with ``cluster``), in one barrier (and one cluster barrier) where a mean
+    then a centered sum would take two. Each thread takes its elements' moments exactly (two
+    passes over its registers); equal-sized parts then merge pairwise by Chan et al.'s update
+    (mean += delta/2, m2 += m2' + delta² n/2), as stable as the two-pass form. Uses the
+    exchange's slots 0 and 1. Every element must count: no masked tail."""
+    import tilelang.language as T
+
+    vec = vector_elements(length, threads, itemsize)
+    vectors_per_thread = length // (threads * vec)
+    per_thread = vec * vectors_per_thread
+
+    def slot(k, w):
+        return (k, 0, w) if cluster > 1 else (k, w)
+
+    # Python sequences, not ranges (which TileLang's builder turns into loops): each step's
+    # element counts must be constants.
+    shuffles = tuple((WARP >> (level + 1), per_thread << level) for level in range(5))  # lanes 16..1 apart
+    other_warps, other_blocks = tuple(range(1, threads // WARP)), tuple(range(1, cluster))
+
+    def merge(mean, m2, delta, i, count, other_mean, other_m2, other_count):
+        """(mean[i], m2[i]) of ``count`` elements merged with another part's moments."""
+        total = count + other_count
+        return update(mean, m2, delta, i, other_mean, other_m2, T.float32(other_count / total),
+                      T.float32(count * other_count / total))
+
+    @T.macro
+    def update(mean, m2, delta, i, other_mean, other_m2, mean_weight, square_weight):
+        # Through delta[i]: a store to mean[i] would change what an expression naming it reads after.
+        delta[i] = other_mean - mean[i]
+        mean[i] = mean[i] + delta[i] * mean_weight
+        m2[i] = m2[i] + other_m2 + delta[i] * delta[i] * square_weight
+
+    @T.macro
+    def reduce(value, mean, m2, exchange):
+        part_mean = T.alloc_fragment((threads,), F32)
+        part_m2 = T.alloc_fragment((threads,), F32)
+        other_mean = T.alloc_fragment((threads,), F32)
+        other_m2 = T.alloc_fragment((threads,), F32)
+        part_delta = T.alloc_fragment((threads,), F32)
+        T.annotate_layout({b: thread_owned((threads,), 0) for b in (part_mean, part_m2, other_mean, other_m2, part_delta)})
+        delta = T.alloc_fragment((1,), F32)
+        for t in T.Parallel(threads):
+            part_mean[t] = 0.0
+            for k in T.unroll(vectors_per_thread):
+                for v in T.unroll(vec):
+                    part_mean[t] += value((k * threads + t) * vec + v)
+            part_mean[t] = part_mean[t] * (1.0 / per_thread)
+        for t in T.Parallel(threads):  # a loop of its own: TileLang wants one index form per buffer and loop
+            part_m2[t] = 0.0
+            for k in T.unroll(vectors_per_thread):
+                for v in T.unroll(vec):
+                    part_delta[t] = value((k * threads + t) * vec + v) - part_mean[t]
+                    part_m2[t] += part_delta[t] * part_delta[t]
+        for t in T.Parallel(threads):
+            for lanes_apart, count in shuffles:  # every lane ends with its warp's moments
+                other_mean[t] = T.shfl_xor(part_mean[t], lanes_apart)
+                other_m2[t] = T.shfl_xor(part_m2[t], lanes_apart)
+                merge(part_mean, part_m2, part_delta, t, count, other_mean[t], other_m2[t], count)
+            if t % WARP == 0:
+                exchange[slot(0, t // WARP)] = part_mean[t]
+                exchange[slot(1, t // WARP)] = part_m2[t]
+        T.sync_threads()
+        for g in T.Parallel(1):
+            mean[g] = exchange[slot(0, 0)]
+            m2[g] = exchange[slot(1, 0)]
+            for w in other_warps:
+                merge(mean, m2, delta, g, w * WARP * per_thread, exchange[slot(0, w)], exchange[slot(1, w)],
+                      WARP * per_thread)
+        if cluster > 1:
+            rank = T.block_rank_in_cluster()
+            for t in T.Parallel(threads):
+                if t < cluster:  # thread t sends this block's moments to block t
+                    T.call_extern("handle", "npuops_store_to_cluster_rank", T.address_of(exchange[0, 1, rank]), t,
+                                  mean[0])
+                    T.call_extern("handle", "npuops_store_to_cluster_rank", T.address_of(exchange[1, 1, rank]), t,
+                                  m2[0])
+            T.cluster_sync()
+            for g in T.Parallel(1):
+                mean[g] = exchange[0, 1, 0]
+                m2[g] = exchange[1, 1, 0]
+                for b in other_blocks:
+                    merge(mean, m2, delta, g, b * length, exchange[0, 1, b], exchange[1, 1, b], length)
+
+    return reduce

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from npuops.kernels import VECTOR_BYTES, KernelSpec, tilelang_dtype
 
-from .block_reduce import block_reducer, cluster_kernel, cluster_split, exchange_slots, thread_major
+from .block_reduce import block_reducer, cluster_kernel, cluster_split, exchange_slots, moments_reducer, thread_major
 
 F32 = "float32"
 MAX_THREADS = 1024
@@ -109,6 +109,8 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         variants += [{**config, "prefetch": True} for config in variants if config["min_blocks"] > 1]
     if spec.groups == 1 and spec.segments == 1:
         variants.append({**variants[0], "tile_allreduce": True})
+        if spec.stat == "meanvar":
+            variants.append({**variants[0], "welford": False})
     split = row_cluster(spec, shape, dtype)
     if split:  # the rule's cluster first, then twice the threads, then half the blocks
         blocks, threads = split
@@ -130,14 +132,15 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
 
 def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1,
                    threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
-                   tile_allreduce: bool = False, cluster: int | None = None) -> KernelSpec:
+                   tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
     override the launch rule; ``tile_allreduce`` reduces plain rows with TileLang's block
     all-reduce too (a variant: it measured up to 3% faster on a few 16384-wide prefill rows in
     h200-s7a, slower on every decode row); ``cluster`` (blocks per row, see :func:`row_cluster`)
-    too."""
+    too; ``welford`` takes a plain unmasked row's mean and variance in one reduction
+    (block_reduce.moments_reducer) rather than a mean then a centered sum."""
     import tilelang.language as T
 
     segs = spec.segments
@@ -253,6 +256,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         return term
 
     reduce_plain = block_reducer(threads, m, dtype.itemsize, cluster) if plain else None
+    welford = welford and plain and not masked and spec.stat == "meanvar"
+    reduce_moments = moments_reducer(threads, m, dtype.itemsize, cluster) if welford else None
 
     @T.macro
     def reduce_row(term, out, kind, exchange, slot):
@@ -303,11 +308,14 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                     R[at(row, g, j)] = raw[g, j]
         if cluster > 1:
             T.cluster_wait()  # every block of the cluster has started: the reductions may write to it
-        if spec.stat == "meanvar":
-            reduce_row(values_of(raw), mean, "sum", exchange, 0)
-            for g in T.Parallel(G):
-                mean[g] = mean[g] / n
-        reduce_row(statistic_terms(raw, mean), stat, "sum", exchange, 1)
+        if welford:
+            reduce_moments(lambda j: value(raw, 0, j), mean, stat, exchange)
+        else:
+            if spec.stat == "meanvar":
+                reduce_row(values_of(raw), mean, "sum", exchange, 0)
+                for g in T.Parallel(G):
+                    mean[g] = mean[g] / n
+            reduce_row(statistic_terms(raw, mean), stat, "sum", exchange, 1)
         if segs > 1:
             joint = T.alloc_fragment((1,), F32)
             T.reduce_sum(stat, joint, dim=0)
@@ -405,4 +413,5 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         outputs = {"y": dtype}
     return KernelSpec(main, tuple(params), outputs, returns,
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "rows_per_block": 1, "padded_to": padded,
-                       "masked": masked, "prefetch": prefetch, "warp_reduce": plain, "cluster": cluster})
+                       "masked": masked, "prefetch": prefetch, "warp_reduce": plain, "cluster": cluster,
+                       "welford": welford})

@@ -157,6 +157,27 @@ def test_every_cluster_split_passes_the_gate_on_the_gpu(op_name):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("workload", ["W7", "W1", "W8"])  # one row in one block, in a cluster; many rows
+def test_layer_norm_is_exact_on_rows_far_from_zero(workload):
+    """Rows of mean 300 and standard deviation about 1: a sum and a sum of squares in fp32 would
+    lose the variance; Welford's merge (every variant taking it) and the two-pass form keep it."""
+    from npuops.data import InputRNG
+
+    device = REGISTRY.device("cuda")
+    op = REGISTRY.op("LayerNormFwd")
+    w = op.workload(workload)
+    inputs = op.make_inputs(w, InputRNG(device.torch_device(), 3))
+    inputs["x"] += 300
+    reference = op.reference(inputs, w)
+    variants = op.tilelang_variants(w)
+    assert {v.get("welford", True) for v in variants} == {True, False}
+    for config in variants:
+        out = OURS["LayerNormFwd"].build(op, w, device.torch_device(), config=config)(**inputs)
+        result = op.compare(out, reference, w)
+        assert result.ok, (config, result.detail)
+
+
+@pytest.mark.gpu
 def test_misaligned_input_is_rejected():
     device = REGISTRY.device("cuda")
     op = REGISTRY.op("RMSNormFwd")
@@ -191,20 +212,32 @@ def test_launch_rule(rows, hidden, threads, cluster):
     assert config["cluster"] == cluster
 
 
-@pytest.mark.parametrize("stat,reductions", [("rms", 1), ("meanvar", 2)])
-def test_cluster_split_rows_meet_once_per_reduction(stat, reductions):
+@pytest.mark.parametrize("stat,values", [("rms", 1), ("meanvar", 2)])
+def test_cluster_split_rows_meet_once(stat, values):
     """Each block of the cluster reduces its slice in one barrier, waits once for the cluster to
-    start, then each reduction sends the block's result to every block (one store per block, from
-    as many threads) and meets the cluster at one barrier."""
+    start, then sends its result (LayerNorm: mean and squared deviations) to every block (one store
+    per block and value, from as many threads) and meets the cluster at one barrier."""
     from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
 
     spec = rowwise_kernel(RowNorm(stat, 1e-6, weight="w", bias=stat == "meanvar"), (1, 16384), torch.bfloat16)
     source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
     body = source[source.index("__launch_bounds__(128, 1)"):]
     assert body.count("tl::cluster_arrive_relaxed()") == body.count("tl::cluster_wait()") == 1
-    assert body.count("tl::cluster_sync()") == body.count("npuops_store_to_cluster_rank(") == reductions
-    assert body.count("threadIdx.x) < 8)") == reductions
+    assert body.count("tl::cluster_sync()") == body.count("threadIdx.x) < 8)") == body.count("__syncthreads()") == 1
+    assert body.count("npuops_store_to_cluster_rank(") == values
     assert body.index("tl::cluster_wait()") > body.rindex("(X +")  # the row's loads are issued first
+
+
+@pytest.mark.parametrize("welford,barriers", [(True, 1), (False, 2)])
+def test_layer_norm_takes_mean_and_variance_in_one_reduction(welford, barriers):
+    """Welford: each thread's moments, merged across the warp by shuffles, then the warps' in one
+    exchange; otherwise a mean, then a centered sum."""
+    from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
+
+    spec = rowwise_kernel(RowNorm("meanvar", 1e-5, weight="w", bias=True), (3, 4096), torch.bfloat16, welford=welford)
+    source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+    assert spec.config["welford"] == welford and source.count("__syncthreads()") == barriers
+    assert source.count("__shfl_xor_sync") == (10 if welford else 0)
 
 
 def test_cluster_split_needs_plain_rows_of_whole_vectors():
