@@ -2,9 +2,10 @@
 
 A :class:`RowNorm` says what the op does to a row (which statistic, which affine, fused residual
 add, int8 epilogue, ...); :func:`rowwise_kernel` turns it and a workload's shape into a kernel:
-one thread block per row, the row held in registers (loaded once, 16-byte vectors), a block-wide
-reduction per group, then the normalized row written once. Every op therefore moves the minimum:
-each input read once, each output written once.
+one thread block per row (a cluster of blocks for a few wide rows, see :func:`row_cluster`), the
+row held in registers (loaded once, 16-byte vectors), a block-wide reduction per group, then the
+normalized row written once. Every op therefore moves the minimum: each input read once, each
+output written once.
 
 TileLang is imported when a kernel is built, so specs load without it.
 """
