@@ -147,7 +147,7 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
         return strips_kernel(spec, input_shape, dtype, threads or BLOCK)
     if kernel == "vectors":
         return vectors_kernel(spec, input_shape, dtype, threads or BLOCK, outputs or vector_outputs(spec, dtype))
-    return window_kernel(spec, input_shape, dtype, threads or BLOCK, predicated)
+    return window_kernel(spec, input_shape, dtype, threads or BLOCK, predicated, outputs or 1)
 
 
 def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
@@ -166,6 +166,8 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
                         if stages_planes(spec, dtype, t)] + unstaged
     window = [{"kernel": "window", "threads": t} for t in (BLOCK, BLOCK // 2, BLOCK * 2)]
     predicated = [{"kernel": "window", "threads": BLOCK, "predicated": True}]
+    if len(spec.spatial_in) == 1:  # two outputs a thread, as torch.compile's kernel takes sincnet's 3-wide windows
+        predicated += [{"kernel": "window", "threads": t, "predicated": True, "outputs": 2} for t in (BLOCK // 2, BLOCK)]
     tile = default_tile(spec, dtype)
     if tile is None:
         return [*window, *predicated]
@@ -553,8 +555,9 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
 
 
 def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int,
-                  predicated: bool = False) -> KernelSpec:
-    """Any pooling: a thread per output element visiting its window's taps in global memory.
+                  predicated: bool = False, outputs: int = 1) -> KernelSpec:
+    """Any pooling: a thread per output element (``outputs`` consecutive ones) visiting its
+    window's taps in global memory.
     ``predicated``: every tap is loaded (from an address clamped into the input) and taps outside
     the window are masked afterwards, as torch.compile's Triton kernel masks its loads, so that a
     thread's loads are all issued before any is used; otherwise taps outside are skipped by
@@ -586,33 +589,34 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
-        with T.Kernel(T.ceildiv(total, block), threads=block) as bx:
+        with T.Kernel(T.ceildiv(total, block * outputs), threads=block) as bx:
             acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
             for t in T.Parallel(block):
-                idx = bx * block + t
-                if idx < total:
-                    ow = idx % oW
-                    oh = (idx // oW) % oH
-                    od = (idx // (oW * oH)) % oD
-                    plane = idx // (oW * oH * oD)
-                    d0, d_end = window(od, D, oD, sD, pD)
-                    h0, h_end = window(oh, H, oH, sH, pH)
-                    w0, w_end = window(ow, W, oW, sW, pW)
-                    acc = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
-                    for i, j, k in T.grid(kD, kH, kW):
-                        d = d0 + i * dD
-                        h = h0 + j * dH
-                        w = w0 + k * dW
-                        if predicated:
-                            v = T.Cast(F32, X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
-                                              T.max(T.min(w, W - 1), 0)])
-                            inside = (d >= 0) & (d < d_end) & (h >= 0) & (h < h_end) & (w >= 0) & (w < w_end)
-                            acc = T.if_then_else(inside, _accumulate(spec, acc, v), acc)
-                        elif d >= 0 and d < d_end and h >= 0 and h < h_end and w >= 0 and w < w_end:
-                            v = T.Cast(F32, X[plane, d, h, w])
-                            acc = _accumulate(spec, acc, v)
-                    Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, (d0, h0, w0), (d_end, h_end, w_end),
-                                                              taps, (D, H, W), padding))
+                for u in T.unroll(outputs):
+                    idx = (bx * block + t) * outputs + u
+                    if idx < total:
+                        ow = idx % oW
+                        oh = (idx // oW) % oH
+                        od = (idx // (oW * oH)) % oD
+                        plane = idx // (oW * oH * oD)
+                        d0, d_end = window(od, D, oD, sD, pD)
+                        h0, h_end = window(oh, H, oH, sH, pH)
+                        w0, w_end = window(ow, W, oW, sW, pW)
+                        acc = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+                        for i, j, k in T.grid(kD, kH, kW):
+                            d = d0 + i * dD
+                            h = h0 + j * dH
+                            w = w0 + k * dW
+                            if predicated:
+                                v = T.Cast(F32, X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
+                                                  T.max(T.min(w, W - 1), 0)])
+                                inside = (d >= 0) & (d < d_end) & (h >= 0) & (h < h_end) & (w >= 0) & (w < w_end)
+                                acc = T.if_then_else(inside, _accumulate(spec, acc, v), acc)
+                            elif d >= 0 and d < d_end and h >= 0 and h < h_end and w >= 0 and w < w_end:
+                                v = T.Cast(F32, X[plane, d, h, w])
+                                acc = _accumulate(spec, acc, v)
+                        Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, (d0, h0, w0), (d_end, h_end, w_end),
+                                                                  taps, (D, H, W), padding))
 
     output_shape = (*input_shape[:2], *spec.spatial_out)
     return KernelSpec(
@@ -620,5 +624,5 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
         (("input", (planes, D, H, W)), ("output", (planes, oD, oH, oW))),
         {"output": dtype},
         (("output", output_shape),),
-        {"kernel": "window", "threads": block, "taps": taps, "predicated": predicated},
+        {"kernel": "window", "threads": block, "taps": taps, "predicated": predicated, "outputs": outputs},
     )
