@@ -253,3 +253,15 @@ def test_every_lanes_variant_passes_the_gate_on_the_gpu():
     for config in variants:
         result = check(op, w, impl.build(op, w, device.torch_device(), config=config), device, seed=5)
         assert result.ok, (config, result.detail)
+
+
+def test_side_by_side_1d_windows_take_two_outputs_a_thread_first():
+    """sincnet's 3-wide, stride-3 windows: the window kernel with two outputs a thread leads;
+    overlapping 1-d windows keep the rows kernel first and try the paired kernel last."""
+    op = REGISTRY.op("MaxPool1dFwd")
+    side_by_side, overlapping = op.tilelang_variants(op.workload("W2")), op.tilelang_variants(op.workload("W1"))
+    assert side_by_side[0] == {"kernel": "window", "threads": 256, "predicated": True, "outputs": 2}
+    assert overlapping[0]["kernel"] == "rows" and overlapping[-1].get("outputs") == 2
+    two_d = REGISTRY.op("MaxPool2dFwd")
+    assert not any(v.get("outputs") == 2 and v["kernel"] == "window" for w in two_d.workloads
+                   for v in two_d.tilelang_variants(w))
