@@ -96,6 +96,25 @@ def cluster_kernel(blocks: int, cluster: int, threads: int, *more_blocks: int):
                            prelude=STORE_TO_CLUSTER_RANK)
 
 
+def cluster_sharer(threads: int, cluster: int):
+    """A macro ``share(exchange, results)``: each ``(slot, value)`` of ``results`` (this block's,
+    held by every thread) stored into ``exchange[slot, 1, rank]`` of every block of the cluster
+    (rank: this block's), then the cluster's barrier, after which each block holds all of them."""
+    import tilelang.language as T
+
+    @T.macro
+    def share(exchange, results):
+        rank = T.block_rank_in_cluster()
+        for t in T.Parallel(threads):
+            if t < cluster:  # thread t sends to block t
+                for slot, value in results:
+                    T.call_extern("handle", "npuops_store_to_cluster_rank", T.address_of(exchange[slot, 1, rank]), t,
+                                  value)
+        T.cluster_sync()
+
+    return share
+
+
 def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
     """A macro ``reduce(term, out, kind, exchange, slot)``: ``out[0]`` = the sum (``kind`` "sum") or
     max ("max", of non-negative terms) of ``term(j)`` over the ``length`` elements of a row laid out
@@ -108,6 +127,8 @@ def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
     warp_reduce = {"sum": T.warp_reduce_sum, "max": T.warp_reduce_max}
     vec = vector_elements(length, threads, itemsize)
     vectors_per_thread = length // (threads * vec)
+
+    share = cluster_sharer(threads, cluster)
 
     def warp_result(slot, w):
         """Where warp w's result goes in ``exchange``."""
@@ -131,12 +152,7 @@ def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
             for w in T.unroll(threads // WARP):
                 out[g] = combine[kind](out[g], exchange[warp_result(slot, w)])
         if cluster > 1:
-            rank = T.block_rank_in_cluster()
-            for t in T.Parallel(threads):
-                if t < cluster:  # thread t sends this block's result to block t
-                    T.call_extern("handle", "npuops_store_to_cluster_rank", T.address_of(exchange[slot, 1, rank]), t,
-                                  out[0])
-            T.cluster_sync()
+            share(exchange, ((slot, out[0]),))
             for g in T.Parallel(1):
                 out[g] = exchange[slot, 1, 0]
                 for b in T.unroll(1, cluster):
@@ -180,6 +196,8 @@ def moments_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
         mean[i] = mean[i] + delta[i] * mean_weight
         m2[i] = m2[i] + other_m2 + delta[i] * delta[i] * square_weight
 
+    share = cluster_sharer(threads, cluster)
+
     @T.macro
     def reduce(value, mean, m2, exchange):
         part_mean = T.alloc_fragment((threads,), F32)
@@ -217,14 +235,7 @@ def moments_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
                 merge(mean, m2, delta, g, w * WARP * per_thread, exchange[slot(0, w)], exchange[slot(1, w)],
                       WARP * per_thread)
         if cluster > 1:
-            rank = T.block_rank_in_cluster()
-            for t in T.Parallel(threads):
-                if t < cluster:  # thread t sends this block's moments to block t
-                    T.call_extern("handle", "npuops_store_to_cluster_rank", T.address_of(exchange[0, 1, rank]), t,
-                                  mean[0])
-                    T.call_extern("handle", "npuops_store_to_cluster_rank", T.address_of(exchange[1, 1, rank]), t,
-                                  m2[0])
-            T.cluster_sync()
+            share(exchange, ((0, mean[0]), (1, m2[0])))
             for g in T.Parallel(1):
                 mean[g] = exchange[0, 1, 0]
                 m2[g] = exchange[1, 1, 0]
