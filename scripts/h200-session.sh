@@ -8,7 +8,8 @@
 # RUN_TIMEOUT / TEST_TIMEOUT (seconds) keep the call inside the device's 10-minute limit;
 # TEST_WORKERS (default 6) pytest-xdist workers share the GPU (the device image has pytest-xdist).
 # .devkit comes from ../shared/devkit/pack-tilelang; .whl from scripts/pack-wheels.sh (liger-kernel);
-# .kcache (optional, carry it too) from scripts/warm-kernel-cache.py: the catalog's kernels precompiled.
+# .kcache (optional: carry it too where the tree, .devkit and it fit the device's 64 MiB) from
+# scripts/warm-kernel-cache.py: the catalog's kernels precompiled; without it they compile there (16 jobs).
 set -uo pipefail
 name=$1; shift
 export PYTHONUNBUFFERED=1 TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tilelang-cache}
