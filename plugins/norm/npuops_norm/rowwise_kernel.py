@@ -32,7 +32,6 @@ MIN_BLOCKS_PER_SM = 2
 # 4096 wide, equal at 8192) and the weight loaded with the row.
 FEW_ROWS = 8
 FEW_ROWS_ELEMENTS_PER_THREAD = 8
-REDUCTIONS = 3  # at most, per row: the mean, the statistic, the quantizing absmax
 
 
 def elements_per_thread(rows: int) -> int:
@@ -259,6 +258,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     reduce_plain = block_reducer(threads, m, dtype.itemsize, cluster) if plain else None
     welford = welford and plain and not masked and spec.stat == "meanvar"
     reduce_moments = moments_reducer(threads, m, dtype.itemsize, cluster) if welford else None
+    # A row's reductions, each with an exchange slot of its own (Welford's takes the first two).
+    slots = {name: i for i, name in enumerate(
+        [*(["mean"] if spec.stat == "meanvar" else []), "statistic", *(["absmax"] if spec.quant_min_scale is not None else [])])}
 
     @T.macro
     def reduce_row(term, out, kind, exchange, slot):
@@ -281,7 +283,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         # is recomputed from them where needed. Half the registers of an f32 copy, so more rows
         # are in flight per SM (the bound on these memory-bound kernels).
         raw = row_fragment(dt)
-        exchange = exchange_slots(REDUCTIONS, threads, cluster) if plain else None
+        exchange = exchange_slots(len(slots), threads, cluster) if plain else None
         stat = T.alloc_fragment((G,), F32)
         mean = T.alloc_fragment((G,), F32)
         load_row(raw, lambda g, j: X[at(row, g, j)])
@@ -313,10 +315,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             reduce_moments(lambda j: value(raw, 0, j), mean, stat, exchange)
         else:
             if spec.stat == "meanvar":
-                reduce_row(values_of(raw), mean, "sum", exchange, 0)
+                reduce_row(values_of(raw), mean, "sum", exchange, slots["mean"])
                 for g in T.Parallel(G):
                     mean[g] = mean[g] / n
-            reduce_row(statistic_terms(raw, mean), stat, "sum", exchange, 1)
+            reduce_row(statistic_terms(raw, mean), stat, "sum", exchange, slots["statistic"])
         if segs > 1:
             joint = T.alloc_fragment((1,), F32)
             T.reduce_sum(stat, joint, dim=0)
@@ -341,7 +343,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             q = row_fragment("int8")
             scale = T.alloc_fragment((G,), F32)
             reduce_row(magnitudes(raw, mean, stat, W, B, Shift, Scale, row), scale, "max",  # the absmax
-                       exchange, 2)
+                       exchange, slots["absmax"])
             for g in T.Parallel(G):
                 scale[g] = T.max(scale[g] / 127.0, spec.quant_min_scale)
                 S[row, 0] = scale[g]
