@@ -45,14 +45,15 @@ CLUSTER_ELEMENTS_PER_THREAD = 16
 MIN_CLUSTER, MAX_CLUSTER = 4, 8
 
 
-def cluster_split(length: int, itemsize: int) -> tuple[int, int] | None:
+def cluster_split(length: int) -> tuple[int, int] | None:
     """(blocks, threads per block) splitting a decode row of ``length`` over a cluster, each
-    thread's share whole 16-byte vectors; None where the row is too short or does not split so."""
+    thread's share CLUSTER_ELEMENTS_PER_THREAD elements (whole 16-byte vectors of any element
+    size); None where the row is too short or does not split so."""
     blocks = min(MAX_CLUSTER, length // CLUSTER_SLICE)
     if blocks < MIN_CLUSTER or length % (blocks * CLUSTER_ELEMENTS_PER_THREAD):
         return None
     threads = length // blocks // CLUSTER_ELEMENTS_PER_THREAD
-    if threads % WARP or threads & (threads - 1) or CLUSTER_ELEMENTS_PER_THREAD % (VECTOR_BYTES // itemsize):
+    if threads % WARP or threads & (threads - 1):
         return None
     return blocks, threads
 
@@ -67,6 +68,11 @@ __device__ __forceinline__ void npuops_store_to_cluster_rank(float* local, int r
   asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(remote), "f"(value) : "memory");
 }
 """
+
+
+def warp_slot(slot: int, w, cluster: int) -> tuple:
+    """Where warp w's result of reduction ``slot`` goes in the exchange (:func:`exchange_slots`)."""
+    return (slot, 0, w) if cluster > 1 else (slot, w)
 
 
 def exchange_slots(slots: int, threads: int, cluster: int = 1):
@@ -130,10 +136,6 @@ def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
 
     share = cluster_sharer(threads, cluster)
 
-    def warp_result(slot, w):
-        """Where warp w's result goes in ``exchange``."""
-        return (slot, 0, w) if cluster > 1 else (slot, w)
-
     @T.macro
     def reduce(term, out, kind, exchange, slot):
         part = T.alloc_fragment((threads,), F32)
@@ -145,12 +147,12 @@ def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
                     part[t] = combine[kind](part[t], term((k * threads + t) * vec + v))
             part[t] = warp_reduce[kind](part[t])
             if t % WARP == 0:
-                exchange[warp_result(slot, t // WARP)] = part[t]
+                exchange[warp_slot(slot, t // WARP, cluster)] = part[t]
         T.sync_threads()
         for g in T.Parallel(1):
             out[g] = 0.0
             for w in T.unroll(threads // WARP):
-                out[g] = combine[kind](out[g], exchange[warp_result(slot, w)])
+                out[g] = combine[kind](out[g], exchange[warp_slot(slot, w, cluster)])
         if cluster > 1:
             share(exchange, ((slot, out[0]),))
             for g in T.Parallel(1):
@@ -174,9 +176,6 @@ def moments_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
     vec = vector_elements(length, threads, itemsize)
     vectors_per_thread = length // (threads * vec)
     per_thread = vec * vectors_per_thread
-
-    def slot(k, w):
-        return (k, 0, w) if cluster > 1 else (k, w)
 
     # Python sequences, not ranges (which TileLang's builder turns into loops): each step's
     # element counts must be constants.
@@ -225,15 +224,15 @@ def moments_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
                 other_m2[t] = T.shfl_xor(part_m2[t], lanes_apart)
                 merge(part_mean, part_m2, part_delta, t, count, other_mean[t], other_m2[t], count)
             if t % WARP == 0:
-                exchange[slot(0, t // WARP)] = part_mean[t]
-                exchange[slot(1, t // WARP)] = part_m2[t]
+                exchange[warp_slot(0, t // WARP, cluster)] = part_mean[t]
+                exchange[warp_slot(1, t // WARP, cluster)] = part_m2[t]
         T.sync_threads()
         for g in T.Parallel(1):
-            mean[g] = exchange[slot(0, 0)]
-            m2[g] = exchange[slot(1, 0)]
+            mean[g] = exchange[warp_slot(0, 0, cluster)]
+            m2[g] = exchange[warp_slot(1, 0, cluster)]
             for w in other_warps:
-                merge(mean, m2, delta, g, w * WARP * per_thread, exchange[slot(0, w)], exchange[slot(1, w)],
-                      WARP * per_thread)
+                merge(mean, m2, delta, g, w * WARP * per_thread, exchange[warp_slot(0, w, cluster)],
+                      exchange[warp_slot(1, w, cluster)], WARP * per_thread)
         if cluster > 1:
             share(exchange, ((0, mean[0]), (1, m2[0])))
             for g in T.Parallel(1):

@@ -67,7 +67,7 @@ def row_cluster(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> tu
     rows = math.prod(shape[:-1])
     if rows > FEW_ROWS or spec.groups > 1 or spec.segments > 1:
         return None
-    return cluster_split(shape[-1], dtype.itemsize)
+    return cluster_split(shape[-1])
 
 
 def launch_threads(hidden: int, itemsize: int, per_thread: int = ELEMENTS_PER_THREAD) -> tuple[int, int]:
@@ -163,6 +163,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         padded = hidden * segs
     if padded != span and G > 1:
         raise ValueError(rowwise_unsupported(spec, shape, dtype))
+    # A plain row (one group, one segment) is laid out thread-major and reduced with one barrier
+    # (see block_reduce); grouped rows by TileLang's block all-reduce.
     plain = G == 1 and not tile_allreduce
     if cluster > 1 and (not plain or hidden % cluster or padded != span):
         raise ValueError(f"a row split over {cluster} blocks needs one group and slices the {threads} threads of a "
@@ -184,8 +186,6 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         return (g, row, j) if segs > 1 else (row, col(g, j))
 
     masked = padded != span
-    # A plain row (one group, one segment) is laid out thread-major and reduced with one barrier
-    # (see block_reduce); grouped rows by TileLang's block all-reduce.
 
     def value(raw, g, j):
         """Element j of group g in f32; 0 in the masked tail of a padded row."""
@@ -387,8 +387,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 Y = arg("y", row_shape)
         with cluster_kernel(rows * cluster, cluster, threads, 2 if spec.pair else 1) as (block, which):
             row = block // cluster if cluster > 1 else block
-            slice_start["column"] = block % cluster * span
             if cluster > 1:
+                slice_start["column"] = block % cluster * span
                 T.cluster_arrive_relaxed()
             if min_blocks > 1:
                 T.annotate_min_blocks_per_sm(min_blocks)

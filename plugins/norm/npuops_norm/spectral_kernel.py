@@ -64,7 +64,7 @@ def default_row_chunks(rows: int, cols: int) -> int:
 def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     """Launch configurations ``npuops run --tune`` chooses among, the default first."""
     if rows == 1:
-        split = cluster_split(cols, 2)
+        split = cluster_split(cols)
         clustered = [{"threads": t, "cluster": split[0]} for t in (split[1], split[1] * 2)] if split else []
         return clustered + [{"threads": t} for t in (ROW_THREADS, ROW_THREADS * 2, ROW_THREADS // 2)]
     chunks = default_row_chunks(rows, cols)

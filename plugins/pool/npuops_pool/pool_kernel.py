@@ -184,7 +184,7 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
                ] if outputs else []
     # Half-size window blocks too: on small inputs (AvgPool3d divisor: 124 blocks of 256) they fill every SM.
     first = [*rows, *strips, *window[:2]] if prefers_rows(spec) else [*window[:2], *rows, *strips]
-    if paired and side_by_side(spec):
+    if side_by_side(spec):
         return [*paired, *first, *vectors, *predicated]
     return [*first, *vectors, *predicated, *paired]
 
