@@ -22,6 +22,7 @@ from .block_reduce import block_reducer, cluster_kernel, cluster_split, exchange
 
 F32 = "float32"
 MAX_THREADS = 1024
+MAX_RESIDENT_THREADS = 2048  # per SM (sm_90)
 # Launch rule read off a sweep on the H200 (benchmarks/h200-row-kernel-sweep.jsonl): about 32
 # elements per thread was fastest or within 2% at 4096, 8192 and 16384 wide rows (1024
 # threads lost 40-80%), and asking for two blocks per SM took LayerNorm 16384 from 80 registers
@@ -32,6 +33,13 @@ MIN_BLOCKS_PER_SM = 2
 # 4096 wide, equal at 8192) and the weight loaded with the row.
 FEW_ROWS = 8
 FEW_ROWS_ELEMENTS_PER_THREAD = 8
+
+
+# Many rows at least this wide may also be tuned in halves, one per block of a cluster of two:
+# twice the blocks, each holding half a row, so more rows are in flight per SM and the last wave
+# is finer. Wide prefill rows ran at 91-96% of the copy rate, within 1-3% of torch.compile's
+# two-pass kernel, in h200-s11b.
+HALVED_ROW_MIN = 8192
 
 
 def elements_per_thread(rows: int) -> int:
@@ -111,6 +119,13 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         variants.append({**variants[0], "tile_allreduce": True})
         if spec.stat == "meanvar":
             variants.append({**variants[0], "welford": False})
+    if rows > FEW_ROWS and not grouped and hidden >= HALVED_ROW_MIN:
+        # Each row in halves over a cluster of two blocks (see HALVED_ROW_MIN): 16 elements a thread
+        # with registers budgeted for a full SM (as 1024 threads of 16 a row and two rows an SM,
+        # the fastest on 16384-wide rows), or 32 with the rule's budget.
+        halves = [(hidden // 32, MAX_RESIDENT_THREADS // (hidden // 32)), (hidden // 64, MIN_BLOCKS_PER_SM)]
+        variants += [{"threads": threads, "min_blocks": blocks, "cluster": 2} for threads, blocks in halves
+                     if threads <= MAX_THREADS and threads & (threads - 1) == 0 and hidden % (2 * threads) == 0]
     split = row_cluster(spec, shape, dtype)
     if split:  # the rule's cluster first, then twice the threads, then half the blocks
         blocks, threads = split
@@ -249,10 +264,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             return T.abs(c) if spec.stat == "l1" else c * c
         return term
 
-    def magnitudes(raw, mean, stat, W, B, Shift, Scale, row):
+    def magnitudes(y):
         def term(g, j):
-            y = T.abs(normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j))
-            return T.if_then_else(j < n, y, 0.0) if masked else y
+            return T.if_then_else(j < n, T.abs(y[g, j]), 0.0) if masked else T.abs(y[g, j])
         return term
 
     reduce_plain = block_reducer(threads, m, dtype.itemsize, cluster) if plain else None
@@ -340,10 +354,15 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 if not masked or j < n:
                     Y[at(row, g, j)] = raw[g, j]
         else:
+            # y is computed once, in f32, and held for the quantization: computing it again per
+            # term of the absmax reduction read the weight (and bias) one element at a time there,
+            # which TileLang cannot vectorize inside the reducer's unrolled loop.
+            y = row_fragment(F32)
+            for g, j in T.Parallel(G, m):
+                y[g, j] = normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j)
             q = row_fragment("int8")
             scale = T.alloc_fragment((G,), F32)
-            reduce_row(magnitudes(raw, mean, stat, W, B, Shift, Scale, row), scale, "max",  # the absmax
-                       exchange, slots["absmax"])
+            reduce_row(magnitudes(y), scale, "max", exchange, slots["absmax"])
             for g in T.Parallel(G):
                 scale[g] = T.max(scale[g] / 127.0, spec.quant_min_scale)
                 S[row, 0] = scale[g]
@@ -352,9 +371,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 # inverse too; a value this moves across a .5 boundary is within the int8 tolerance.
                 scale[g] = 1.0 / scale[g]
             for g, j in T.Parallel(G, m):
-                y = normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j)
                 # min/max, not T.clamp: its NaN test branched per element (y is finite here).
-                q[g, j] = T.Cast("int8", T.min(T.max(T.nearbyint(y * scale[g]), -128.0), 127.0))
+                q[g, j] = T.Cast("int8", T.min(T.max(T.nearbyint(y[g, j] * scale[g]), -128.0), 127.0))
             for g, j in T.Parallel(G, m):
                 if not masked or j < n:
                     Q[at(row, g, j)] = q[g, j]
