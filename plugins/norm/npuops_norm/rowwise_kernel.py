@@ -21,8 +21,8 @@ from npuops.kernels import VECTOR_BYTES, KernelSpec, tilelang_dtype
 from .block_reduce import block_reducer, cluster_kernel, cluster_split, exchange_slots, moments_reducer, thread_major
 
 F32 = "float32"
+ROUNDING_MAGIC = 12582912.0  # 1.5 * 2^23: x + it rounds x (|x| < 2^22) to an integer, half to even
 MAX_THREADS = 1024
-MAX_RESIDENT_THREADS = 2048  # per SM (sm_90)
 # Launch rule read off a sweep on the H200 (benchmarks/h200-row-kernel-sweep.jsonl): about 32
 # elements per thread was fastest or within 2% at 4096, 8192 and 16384 wide rows (1024
 # threads lost 40-80%), and asking for two blocks per SM took LayerNorm 16384 from 80 registers
@@ -33,13 +33,6 @@ MIN_BLOCKS_PER_SM = 2
 # 4096 wide, equal at 8192) and the weight loaded with the row.
 FEW_ROWS = 8
 FEW_ROWS_ELEMENTS_PER_THREAD = 8
-
-
-# Many rows at least this wide may also be tuned in halves, one per block of a cluster of two:
-# twice the blocks, each holding half a row, so more rows are in flight per SM and the last wave
-# is finer. Wide prefill rows ran at 91-96% of the copy rate, within 1-3% of torch.compile's
-# two-pass kernel, in h200-s11b.
-HALVED_ROW_MIN = 8192
 
 
 def elements_per_thread(rows: int) -> int:
@@ -119,13 +112,6 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         variants.append({**variants[0], "tile_allreduce": True})
         if spec.stat == "meanvar":
             variants.append({**variants[0], "welford": False})
-    if rows > FEW_ROWS and not grouped and hidden >= HALVED_ROW_MIN:
-        # Each row in halves over a cluster of two blocks (see HALVED_ROW_MIN): 16 elements a thread
-        # with registers budgeted for a full SM (as 1024 threads of 16 a row and two rows an SM,
-        # the fastest on 16384-wide rows), or 32 with the rule's budget.
-        halves = [(hidden // 32, MAX_RESIDENT_THREADS // (hidden // 32)), (hidden // 64, MIN_BLOCKS_PER_SM)]
-        variants += [{"threads": threads, "min_blocks": blocks, "cluster": 2} for threads, blocks in halves
-                     if threads <= MAX_THREADS and threads & (threads - 1) == 0 and hidden % (2 * threads) == 0]
     split = row_cluster(spec, shape, dtype)
     if split:  # the rule's cluster first, then twice the threads, then half the blocks
         blocks, threads = split
@@ -371,8 +357,12 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 # inverse too; a value this moves across a .5 boundary is within the int8 tolerance.
                 scale[g] = 1.0 / scale[g]
             for g, j in T.Parallel(G, m):
-                # min/max, not T.clamp: its NaN test branched per element (y is finite here).
-                q[g, j] = T.Cast("int8", T.min(T.max(T.nearbyint(y[g, j] * scale[g]), -128.0), 127.0))
+                # y / scale rounded half to even in one FMA: y * (1 / scale) + 1.5 * 2^23 is a float
+                # whose low mantissa bits hold the integer, and its low byte is the int8. Two float
+                # conversions per element (round, then to int; a quarter of the FP32 rate on sm_90)
+                # made the quantizing kernels issue-bound. No clamp: |y| <= 127 * scale, so
+                # |y / scale| rounds to 127 at most (y is finite).
+                q[g, j] = T.Cast("int8", T.reinterpret(y[g, j] * scale[g] + ROUNDING_MAGIC, "int32"))
             for g, j in T.Parallel(G, m):
                 if not masked or j < n:
                     Q[at(row, g, j)] = q[g, j]
