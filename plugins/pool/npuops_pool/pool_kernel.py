@@ -8,7 +8,8 @@ over rows of whole 16-byte vectors.
 Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
 input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1). Max propagates NaN
 as PyTorch does (``val > max || isnan(val)``); averages sum in fp32 and divide as PyTorch divides.
-Sliding windows start at ``o * stride - padding`` with ``kernel`` taps ``dilation`` apart; adaptive
+One tap of a max is one instruction (``max.NaN.f32``, :data:`MAX_NAN`), where the select PyTorch
+writes is three. Sliding windows start at ``o * stride - padding`` with ``kernel`` taps ``dilation`` apart; adaptive
 windows cover ``[floor(o * n / m), ceil((o + 1) * n / m))``. Every loaded element is cast to fp32
 once: CUDA's half-to-float conversion is an inline asm statement that the compiler neither merges
 nor speculates, so an expression naming a half load three times (as a NaN-propagating max does)
@@ -44,6 +45,22 @@ OUTPUTS_PER_BLOCK = 1024  # outputs a "rows" block computes by default (its tile
 MAX_TILE_COLS = 1024  # longer output rows are split into column tiles
 PLANES_PER_BLOCK = 128  # whole-input windows: planes staged per block, one thread reducing each
 STAGED_BYTES = 96 * 1024  # shared memory a block may take (two blocks per SM)
+
+
+# The kernel prelude of max pooling: a NaN-propagating max in one instruction (sm_80+; the
+# select ``v > acc || isnan(v) ? v : acc`` took three per tap, which made the 16-bit resnet-stem
+# max pools issue-bound at about 60% of the copy rate). Plain C for TileLang's CPU target.
+MAX_NAN = r"""
+#ifdef __CUDACC__
+__device__ __forceinline__ float npuops_max_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+#else
+extern "C" float npuops_max_nan(float a, float b) { return a != a ? a : (b != b || b > a) ? b : a; }
+#endif
+"""
 
 
 @dataclass(frozen=True)
@@ -235,8 +252,22 @@ def _accumulate(spec: Pooling, acc, v):
     import tilelang.language as T
 
     if spec.mode == "max":
-        return T.if_then_else(T.Or(v > acc, T.isnan(v)), v, acc)
+        return T.call_extern(F32, "npuops_max_nan", acc, v)
     return acc + v
+
+
+def clamps_into_window(spec: Pooling, dims: tuple[int, ...]) -> bool:
+    """Whether a tap past the input along ``dims`` (of the 3-d view) may read the nearest input
+    element instead of being masked: for max over contiguous taps (dilation 1), a window partly
+    outside the input holds that edge element already (it overlaps the input: padding is at most
+    half the window, and a ceil-mode window starts inside), so repeating it leaves the max as is."""
+    dilation = _sliding(spec)[3]
+    return spec.mode == "max" and not spec.adaptive and all(dilation[d] == 1 for d in dims)
+
+
+def prelude(spec: Pooling) -> str | None:
+    """What a kernel for ``spec`` needs before its body (:data:`MAX_NAN` for max pooling)."""
+    return MAX_NAN if spec.mode == "max" else None
 
 
 def loads_planes_whole(spec: Pooling, dtype: torch.dtype) -> bool:
@@ -262,7 +293,7 @@ def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch
 
     @T.prim_func
     def main(X: T.Tensor((planes, size), dt), Y: T.Tensor((planes, 1), dt)):
-        with T.Kernel(T.ceildiv(planes, block), threads=block) as bx:
+        with T.Kernel(T.ceildiv(planes, block), threads=block, prelude=prelude(spec)) as bx:
             # Tile-level form, as the window kernel: it also builds for TileLang's CPU target.
             if staged:
                 tile = T.alloc_shared((block, padded), dt)
@@ -277,10 +308,7 @@ def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch
                     acc[p] = -T.infinity(F32) if spec.mode == "max" else 0.0
                     for k in (T.serial if staged else T.unroll)(size):  # unrolled: registers
                         v = T.Cast(F32, tile[p, k])
-                        if spec.mode == "max":
-                            acc[p] = T.if_then_else(v > acc[p] or T.isnan(v), v, acc[p])
-                        else:
-                            acc[p] = acc[p] + v
+                        acc[p] = _accumulate(spec, acc[p], v)
                     Y[bx * block + p, 0] = T.Cast(dt, acc[p] if spec.mode == "max" else acc[p] / divisor)
 
     return KernelSpec(
@@ -325,7 +353,7 @@ def lanes_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
 
     @T.prim_func
     def main(X: T.Tensor((planes, size), dt), Y: T.Tensor((planes, 1), dt)):
-        with T.Kernel(T.ceildiv(planes, per_block), threads=block) as bx:
+        with T.Kernel(T.ceildiv(planes, per_block), threads=block, prelude=prelude(spec)) as bx:
             tile = T.alloc_fragment((per_block, size), dt)
             T.annotate_layout({tile: interleaved_vectors(per_block, size, lanes, vector)})
             partial = T.alloc_shared((per_block, lanes), F32)
@@ -373,7 +401,7 @@ def rows_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
-        with T.Kernel(planes * oD * bands * tiles, threads=block) as bx:
+        with T.Kernel(planes * oD * bands * tiles, threads=block, prelude=prelude(spec)) as bx:
             staged = T.alloc_shared((s.depth, s.rows, s.cols), dt)
             acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
             tile = bx % tiles
@@ -455,7 +483,7 @@ def strips_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
-        with T.Kernel(T.ceildiv(total, block), threads=block) as bx:
+        with T.Kernel(T.ceildiv(total, block), threads=block, prelude=prelude(spec)) as bx:
             # Thread t holds taps[:, t, :] in both loops below: its window rows' 16-byte vectors.
             taps = T.alloc_fragment((window_rows, block, width, kW), dt)
             T.annotate_layout({taps: thread_owned((window_rows, block, width, kW), 1)})
@@ -528,7 +556,7 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
-        with T.Kernel(T.ceildiv(total, block), threads=block) as bx:
+        with T.Kernel(T.ceildiv(total, block), threads=block, prelude=prelude(spec)) as bx:
             # Thread t holds taps[:, t, :] (its window rows' vectors) and result[t, :].
             taps = T.alloc_fragment((window_rows, block, span), dt)
             result = T.alloc_fragment((block, outputs), dt)
@@ -548,7 +576,9 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
                 for r, k in T.grid(window_rows, kW):
                     d, h, w = starts[0] + r // kH * dD, starts[1] + r % kH * dH, starts[2] + k * dW
                     v = T.Cast(F32, taps[r, t, c * sW + k * dW + lead - pW])
-                    inside = (d >= 0) & (d < D) & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+                    inside = (w >= 0) & (w < W)  # a vector past the edge is the edge vector: masked
+                    if not clamps_into_window(spec, (0, 1)):
+                        inside = inside & (d >= 0) & (d < D) & (h >= 0) & (h < H)
                     acc = T.if_then_else(inside, _accumulate(spec, acc, v), acc)
                 result[t, c] = T.Cast(dt, _result(spec, acc, starts, (D, H, W), taps_, (D, H, W), padding))
             for t, c in T.Parallel(block, outputs):
@@ -600,7 +630,7 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
-        with T.Kernel(T.ceildiv(total, block * outputs), threads=block) as bx:
+        with T.Kernel(T.ceildiv(total, block * outputs), threads=block, prelude=prelude(spec)) as bx:
             acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
             for t in T.Parallel(block):
                 for u in T.unroll(outputs):
@@ -621,8 +651,11 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
                             if predicated:
                                 v = T.Cast(F32, X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
                                                   T.max(T.min(w, W - 1), 0)])
-                                inside = (d >= 0) & (d < d_end) & (h >= 0) & (h < h_end) & (w >= 0) & (w < w_end)
-                                acc = T.if_then_else(inside, _accumulate(spec, acc, v), acc)
+                                if clamps_into_window(spec, (0, 1, 2)):
+                                    acc = _accumulate(spec, acc, v)
+                                else:
+                                    inside = (d >= 0) & (d < d_end) & (h >= 0) & (h < h_end) & (w >= 0) & (w < w_end)
+                                    acc = T.if_then_else(inside, _accumulate(spec, acc, v), acc)
                             elif d >= 0 and d < d_end and h >= 0 and h < h_end and w >= 0 and w < w_end:
                                 v = T.Cast(F32, X[plane, d, h, w])
                                 acc = _accumulate(spec, acc, v)
