@@ -112,9 +112,6 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         variants.append({**variants[0], "tile_allreduce": True})
         if spec.stat == "meanvar":
             variants.append({**variants[0], "welford": False})
-    if spec.residual and rows > FEW_ROWS:
-        variants += [{**config, "late_residual": True} for config in variants
-                     if set(config) == {"threads", "min_blocks"} and config["min_blocks"] > 1]
     split = row_cluster(spec, shape, dtype)
     if split:  # the rule's cluster first, then twice the threads, then half the blocks
         blocks, threads = split
@@ -136,8 +133,7 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
 
 def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1,
                    threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
-                   tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True,
-                   late_residual: bool = False) -> KernelSpec:
+                   tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
@@ -145,8 +141,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     all-reduce too (a variant: it measured up to 3% faster on a few 16384-wide prefill rows in
     h200-s7a, slower on every decode row); ``cluster`` (blocks per row, see :func:`row_cluster`)
     too; ``welford`` takes a plain unmasked row's mean and variance in one reduction
-    (block_reduce.moments_reducer) rather than a mean then a centered sum; ``late_residual`` stores
-    the fused sum after the row's reductions, next to y, rather than as soon as it is formed."""
+    (block_reduce.moments_reducer) rather than a mean then a centered sum."""
     import tilelang.language as T
 
     segs = spec.segments
@@ -283,12 +278,6 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 T.reduce_max(acc, out, dim=1)
 
     @T.macro
-    def store_residual(R, raw, row):
-        for g, j in T.Parallel(G, m):
-            if not masked or j < n:
-                R[at(row, g, j)] = raw[g, j]
-
-    @T.macro
     def normalize_row(X, W, B, R, Shift, Scale, Gain, Y, Q, S, row):
         # Only the row's raw 16-bit values stay live across the block reductions; every f32 value
         # is recomputed from them where needed. Half the registers of an f32 copy, so more rows
@@ -317,8 +306,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         if spec.residual:
             for g, j in T.Parallel(G, m):
                 raw[g, j] = T.Cast(dt, T.Cast(F32, raw[g, j]) + T.Cast(F32, R[at(row, g, j)]))
-            if not late_residual:
-                store_residual(R, raw, row)
+            for g, j in T.Parallel(G, m):
+                if not masked or j < n:
+                    R[at(row, g, j)] = raw[g, j]
         if cluster > 1:
             T.cluster_wait()  # every block of the cluster has started: the reductions may write to it
         if welford:
@@ -343,8 +333,6 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 stat[g] = 1.0 / T.max(stat[g], spec.eps)
             else:  # l2_gain
                 stat[g] = (gain[0] if prefetch else T.Cast(F32, Gain[row, 0])) / T.sqrt(stat[g])
-        if spec.residual and late_residual:
-            store_residual(R, raw, row)
         if spec.quant_min_scale is None:
             for g, j in T.Parallel(G, m):
                 raw[g, j] = T.Cast(dt, normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j))
@@ -437,4 +425,4 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     return KernelSpec(main, tuple(params), outputs, returns,
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "rows_per_block": 1, "padded_to": padded,
                        "masked": masked, "prefetch": prefetch, "warp_reduce": plain, "cluster": cluster,
-                       "welford": welford, **({"late_residual": True} if late_residual else {})})
+                       "welford": welford})
