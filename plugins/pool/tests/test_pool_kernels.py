@@ -148,6 +148,8 @@ SMALL_TILES = [{"kernel": "rows", "threads": 32, "rows": 2, "cols": 3}, {"kernel
     *EDGE_CASES,
     ("MaxPool2dFwd", (1, 3, 9, 9), dict(kernel_size=3, stride=2, padding=1)),
     ("MaxPool2dFwd", (1, 2, 6, 40), dict(kernel_size=3, stride=2, padding=1, dilation=[1, 2])),  # vectors of 4
+    # Dilated rows: a tap above the input is not the window's edge tap, so it must stay masked.
+    ("MaxPool2dFwd", (1, 2, 7, 40), dict(kernel_size=3, stride=2, padding=1, dilation=[2, 1])),
     ("AvgPool1dFwd", (1, 2, 64), dict(kernel_size=5, stride=4, padding=2)),
     ("AdaptiveAvgPool2dFwd", (2, 70, 7, 7), dict(output_size=[1, 1])),
     # Global pooling over planes of whole vectors (lanes variants), the last block partial.
