@@ -90,6 +90,15 @@ def test_markdown_csv_and_terminal(capsys, results_file):
     assert "RMSNormFwd" in term and "1.50×" in term
 
 
+def test_compressed_results_report_the_same(capsys, results_file, tmp_path):
+    """Committed results are kept gzip-compressed; the report reads them as they are."""
+    import gzip
+
+    compressed = tmp_path / "r.jsonl.gz"
+    compressed.write_bytes(gzip.compress(results_file.read_bytes()))
+    assert report(capsys, compressed, "json") == report(capsys, results_file, "json")
+
+
 def test_report_to_file(capsys, results_file, tmp_path):
     out = tmp_path / "r.html"
     assert main(["report", str(results_file), "--format", "html", "-o", str(out)]) == 0

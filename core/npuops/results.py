@@ -4,10 +4,13 @@ Two record kinds: ``{"record": "env", ...}`` once per run (device, versions, git
 limits used for SOL) and ``{"record": "row", ...}`` per (workload, implementation, regime). A row's
 key never repeats: a rerun skips keys already present, so an interrupted run resumes where it
 stopped. A line cut short by a kill is ignored on reading and never glued to the next record.
+A finished file may be kept gzip-compressed (``.gz``, as the committed benchmark results are): it
+reads the same.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -37,7 +40,8 @@ def read_results(path: str | Path) -> Results:
     path = Path(path)
     if not path.exists():
         return results
-    for line in path.read_text().splitlines():
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    for line in text.splitlines():
         if not line.strip():
             continue
         try:

@@ -23,7 +23,7 @@ from .block_reduce import block_reducer, cluster_kernel, cluster_split, exchange
 F32 = "float32"
 ROUNDING_MAGIC = 12582912.0  # 1.5 * 2^23: x + it rounds x (|x| < 2^22) to an integer, half to even
 MAX_THREADS = 1024
-# Launch rule read off a sweep on the H200 (benchmarks/h200-row-kernel-sweep.jsonl): about 32
+# Launch rule read off a sweep on the H200 (benchmarks/h200-row-kernel-sweep.jsonl.gz): about 32
 # elements per thread was fastest or within 2% at 4096, 8192 and 16384 wide rows (1024
 # threads lost 40-80%), and asking for two blocks per SM took LayerNorm 16384 from 80 registers
 # and one resident row per SM to 64 and two: 64.5 -> 42 us. Four blocks per SM spilled (100 us).
