@@ -188,17 +188,19 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
 
     masked = padded != span
 
+    def in_row(j, x):
+        """x for element j of a group; 0 in the masked tail of a padded row."""
+        return T.if_then_else(j < n, x, 0.0) if masked else x
+
     def value(raw, g, j):
         """Element j of group g in f32; 0 in the masked tail of a padded row."""
-        v = T.Cast(F32, raw[g, j])
-        return T.if_then_else(j < n, v, 0.0) if masked else v
+        return in_row(j, T.Cast(F32, raw[g, j]))
 
     def centered(raw, mean, g, j):
         """The value the statistic is taken of (minus the mean, for meanvar)."""
         if spec.stat != "meanvar":
             return value(raw, g, j)
-        c = value(raw, g, j) - mean[g]
-        return T.if_then_else(j < n, c, 0.0) if masked else c
+        return in_row(j, value(raw, g, j) - mean[g])
 
     # With few rows (decode) the weight, bias, gain and AdaLN's shift and scale are loaded with the
     # row, so their DRAM latency overlaps the row's instead of following the reduction; W, B, Shift
@@ -252,7 +254,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
 
     def magnitudes(y):
         def term(g, j):
-            return T.if_then_else(j < n, T.abs(y[g, j]), 0.0) if masked else T.abs(y[g, j])
+            return in_row(j, T.abs(y[g, j]))
         return term
 
     reduce_plain = block_reducer(threads, m, dtype.itemsize, cluster) if plain else None

@@ -7,9 +7,9 @@ over rows of whole 16-byte vectors.
 
 Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
 input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1). Max propagates NaN
-as PyTorch does (``val > max || isnan(val)``); averages sum in fp32 and divide as PyTorch divides.
-One tap of a max is one instruction (``max.NaN.f32``, :data:`MAX_NAN`), where the select PyTorch
-writes is three. Sliding windows start at ``o * stride - padding`` with ``kernel`` taps ``dilation`` apart; adaptive
+as PyTorch does (``val > max || isnan(val)``), in one instruction a tap (``max.NaN.f32``,
+:data:`MAX_NAN`) where that select takes three; averages sum in fp32 and divide as PyTorch divides.
+Sliding windows start at ``o * stride - padding`` with ``kernel`` taps ``dilation`` apart; adaptive
 windows cover ``[floor(o * n / m), ceil((o + 1) * n / m))``. Every loaded element is cast to fp32
 once: CUDA's half-to-float conversion is an inline asm statement that the compiler neither merges
 nor speculates, so an expression naming a half load three times (as a NaN-propagating max does)
