@@ -47,9 +47,10 @@ PLANES_PER_BLOCK = 128  # whole-input windows: planes staged per block, one thre
 STAGED_BYTES = 96 * 1024  # shared memory a block may take (two blocks per SM)
 
 
-# The kernel prelude of max pooling: a NaN-propagating max in one instruction (sm_80+; the
-# select ``v > acc || isnan(v) ? v : acc`` took three per tap, which made the 16-bit resnet-stem
-# max pools issue-bound at about 60% of the copy rate). Plain C for TileLang's CPU target.
+# The kernel prelude of max pooling: a NaN-propagating max in one instruction (sm_80+), where the
+# select ``v > acc || isnan(v) ? v : acc`` takes three per tap. The 16-bit resnet-stem max pools ran
+# at about 60% of the copy rate with the select, 67% without (h200-s12c-pool-9b35e04): they were
+# partly issue-bound. Plain C for TileLang's CPU target.
 MAX_NAN = r"""
 #ifdef __CUDACC__
 __device__ __forceinline__ float npuops_max_nan(float a, float b) {
