@@ -33,6 +33,15 @@ EDGE_CASES = AVG_CASES + MAX_CASES + [
     ("AvgPool3dFwd", (1, 130, 2, 3, 3), dict(kernel_size=[2, 3, 3], divisor_override=5)),
 ]
 
+# Marching vectors variants: several outputs a thread along depth (3-d) or height, the last group
+# partial, ceil-mode windows past the input, padding counted or not.
+MARCHING_CASES = [
+    ("MaxPool3dFwd", (1, 2, 11, 6, 16), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+    ("AvgPool3dFwd", (1, 2, 11, 5, 8), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
+    ("AvgPool2dFwd", (1, 2, 21, 16), dict(kernel_size=3, stride=2, padding=1)),
+    ("AvgPool3dFwd", (1, 2, 4, 19, 8), dict(kernel_size=[2, 5, 3], stride=2, padding=[0, 2, 1], ceil_mode=True)),
+]
+
 
 def test_every_pool_op_has_a_kernel():
     assert len(POOL_OPS) == 8
@@ -158,6 +167,7 @@ SMALL_TILES = [{"kernel": "rows", "threads": 32, "rows": 2, "cols": 3}, {"kernel
     # Windows that tile the input (strips variants): a last input row no window covers, 3-d.
     ("MaxPool2dFwd", (1, 3, 9, 16), dict(kernel_size=2, stride=2)),
     ("AvgPool3dFwd", (1, 2, 4, 6, 8), dict(kernel_size=2, stride=2, divisor_override=3)),
+    *MARCHING_CASES,
 ])
 def test_every_launch_variant_matches_the_reference_on_the_cpu_target(op_name, shape, params):
     from npuops.kernels import CPU_TARGET
@@ -243,6 +253,23 @@ def test_nan_propagates_as_in_pytorch(op_name, params):
     out = impl.build(op, w, device.torch_device())(input=x)
     assert op.compare(out, op.reference({"input": x}, w), w).ok
     assert torch.isnan(out[0, 0]).any() and not torch.isnan(out[0, 1]).any()
+
+
+def test_marching_cases_take_marching_variants():
+    for op_name, shape, params in MARCHING_CASES:
+        w = make_workload(op_name, shape, "bf16", **params)
+        assert any(v.get("march", 1) > 1 for v in REGISTRY.op(op_name).tilelang_variants(w)), (op_name, shape)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name,shape,params", MARCHING_CASES)
+def test_every_marching_variant_passes_the_gate_on_the_gpu(op_name, shape, params):
+    device = REGISTRY.device("cuda")
+    op, impl = REGISTRY.op(op_name), REGISTRY.implementation(op_name, "tilelang")
+    w = make_workload(op_name, shape, "bf16", **params)
+    for config in (v for v in op.tilelang_variants(w) if v.get("march", 1) > 1):
+        result = check(op, w, impl.build(op, w, device.torch_device(), config=config), device, seed=8)
+        assert result.ok, (config, result.detail)
 
 
 @pytest.mark.gpu
