@@ -45,7 +45,7 @@ OUTPUTS_PER_BLOCK = 1024  # outputs a "rows" block computes by default (its tile
 MAX_TILE_COLS = 1024  # longer output rows are split into column tiles
 PLANES_PER_BLOCK = 128  # whole-input windows: planes staged per block, one thread reducing each
 STAGED_BYTES = 96 * 1024  # shared memory a block may take (two blocks per SM)
-MAX_MARCH = 12  # outputs a "vectors" thread takes along depth or height, at most
+MARCH_STEPS = (4, 6, 9)  # output depths a "vectors" thread may take (equal splits near these)
 
 
 # The kernel prelude of max pooling: a NaN-propagating max in one instruction (sm_80+), where the
@@ -201,8 +201,9 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
     outputs = vector_outputs(spec, dtype)
     vectors = [{"kernel": "vectors", "threads": t, "outputs": outputs * m} for m in (1, 2) for t in (BLOCK // 2, BLOCK)
                ] if outputs else []
+    # 128 threads: 53-60 µs on medicalnet-stem where 256 took 67-88 (h200-s13b-pool-march-1e520d7).
     vectors += [{"kernel": "vectors", "threads": t, "outputs": outputs, "march": m}
-                for m in marches(spec) for t in (BLOCK // 2, BLOCK)] if outputs else []
+                for m in marches(spec) for t in (BLOCK // 4, BLOCK // 2)] if outputs else []
     # Half-size window blocks too: on small inputs (AvgPool3d divisor: 124 blocks of 256) they fill every SM.
     first = [*rows, *strips, *window[:2]] if prefers_rows(spec) else [*window[:2], *rows, *strips]
     if side_by_side(spec):
@@ -532,22 +533,15 @@ def vector_outputs(spec: Pooling, dtype: torch.dtype) -> int | None:
     return max(4, vector // math.gcd(vector, stride))
 
 
-def marched_dim(spec: Pooling) -> int | None:
-    """The dim of the 3-d view (0: depth, 1: height) along which a "vectors" thread may compute
-    several outputs, loading each input slice once for every window that holds it: the outer one
-    whose windows overlap (kernel > stride) with contiguous taps. None: no such dim."""
-    kernel, stride, _, dilation = _sliding(spec)
-    return next((d for d in (0, 1) if kernel[d] > stride[d] and dilation[d] == 1), None)
-
-
 def marches(spec: Pooling) -> list[int]:
-    """Outputs along :func:`marched_dim` a "vectors" thread may take: up to MAX_MARCH (its
-    accumulators are registers), splitting that dim's outputs evenly."""
-    dim = marched_dim(spec)
-    if dim is None:
+    """Output depths a "vectors" thread may take (besides one): where windows overlap in depth
+    (kernel > stride, contiguous taps), up to MAX_MARCH (its accumulators are registers), splitting
+    the output depth evenly."""
+    (kD, _, _), (sD, _, _), _, (dD, _, _) = _sliding(spec)
+    oD = _as_3d(spec.spatial_out, 1)[0]
+    if kD <= sD or dD != 1:
         return []
-    along = _as_3d(spec.spatial_out, 1)[dim]
-    return sorted({-(-along // -(-along // m)) for m in (4, 8, MAX_MARCH) if m < along} - {1})
+    return sorted({-(-oD // -(-oD // m)) for m in MARCH_STEPS if m < oD} - {1})
 
 
 def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int,
@@ -558,98 +552,81 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
     its outputs together. torch.compile's Triton kernel has this form with one output and a 2-byte
     load per tap; here every load is a full vector and no shared memory or barrier is needed.
 
-    ``march`` > 1: the thread also takes ``march`` consecutive outputs along :func:`marched_dim`,
-    reducing each input slice across it once and folding that into every window holding the slice.
-    Overlapping windows otherwise re-read their shared slices: a 3x3x3 stride-2 max pool loads 27
-    window rows per output group, or 2 * 3 = 6 a slice marching in depth, all through L1/L2."""
+    ``march`` > 1 (:func:`marches`): the thread takes that many output depths too, reduces each
+    input depth slice once and folds it into every window holding it. Windows overlapping in depth
+    otherwise re-read their shared slices: a 3x3x3 stride-2 max pool loads 3 slices per output
+    depth, or 2 marching (medicalnet-stem 59.8 -> 53.3 µs, h200-s13b-pool-march-1e520d7). Marching
+    in height (2-d windows) lost everywhere it was tried there, by 10-30%: a thread's slices are
+    loaded one after another, where a thread per output row issues its rows' loads at once."""
     import tilelang.language as T
 
     dt = tilelang_dtype(dtype)
     planes = math.prod(input_shape[:2])
     sizes = D, H, W = _as_3d(spec.spatial_in, 1)
     oD, oH, oW = _as_3d(spec.spatial_out, 1)
-    taps_, stride, padding, dilation = _sliding(spec)
-    (kW, sW, pW, dW) = taps_[2], stride[2], padding[2], dilation[2]
-    lead = marched_dim(spec) if march > 1 else 0
-    if lead is None:
-        raise ValueError(f"march must be 1: no windows of {spec} overlap along depth or height")
-    other = 1 - lead
-    slices = (march - 1) * stride[lead] + taps_[lead] if march > 1 else taps_[lead]
+    (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = taps_, _, padding, _ = _sliding(spec)
+    if march > 1 and march not in marches(spec):
+        raise ValueError(f"march must be 1 or one of {marches(spec)} for {spec}, got {march}")
+    slices = (march - 1) * sD + kD  # march > 1: dilation 1
     vector = VECTOR_BYTES // dtype.itemsize
     groups = -(-oW // outputs)
-    counts = [oD, oH]
-    counts[lead] = -(-counts[lead] // march)
-    total = planes * counts[0] * counts[1] * groups
-    lead_cols = -(-pW // vector) * vector  # columns loaded left of the first window's start column + pW
-    span = -(-(lead_cols - pW + (outputs - 1) * sW + (kW - 1) * dW + 1) // vector) * vector
-    window_rows = taps_[other]
+    depths = -(-oD // march)
+    total = planes * depths * oH * groups
+    lead = -(-pW // vector) * vector  # columns loaded left of the first window's start column + pW
+    span = -(-(lead - pW + (outputs - 1) * sW + (kW - 1) * dW + 1) // vector) * vector
     identity = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
 
     def group_of(n):
-        """(plane, first od, first oh, first ow) of output group n."""
-        first = [(n // (groups * counts[1])) % counts[0], (n // groups) % counts[1]]
-        first[lead] = first[lead] * march
-        return n // (groups * counts[1] * counts[0]), *first, n % groups * outputs
-
-    def input_index(o, dim, tap):
-        """Input position of window tap ``tap`` along ``dim`` for output position ``o``."""
-        return o * stride[dim] - padding[dim] + tap * dilation[dim]
-
-    def along(dim, od, oh, i):
-        """Input position, along depth or height, of slice (lead) or window row (other) ``i``."""
-        return input_index((od, oh)[dim], dim, i)
-
-    def loaded(od, oh, i, r):
-        """(depth, height) of slice i's window row r, clamped into the input."""
-        at = {lead: along(lead, od, oh, i), other: along(other, od, oh, r)}
-        return tuple(T.max(T.min(at[d], sizes[d] - 1), 0) for d in (0, 1))
-
-    def output_at(od, oh, j):
-        """(od, oh) of the group's j-th output along the marched dim."""
-        return (od + j, oh) if lead == 0 else (od, oh + j)
+        """(plane, first od, oh, first ow) of output group n."""
+        return n // (groups * oH * depths), (n // (groups * oH)) % depths * march, (n // groups) % oH, n % groups * outputs
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
         with T.Kernel(T.ceildiv(total, block), threads=block, prelude=prelude(spec)) as bx:
-            # Thread t holds taps[:, t, :] (a slice's window rows' vectors) and acc[t].
-            taps = T.alloc_fragment((window_rows, block, span), dt)
+            # Thread t holds taps[:, t, :] (a depth slice's window rows' vectors), acc[t] and result[t].
+            taps = T.alloc_fragment((kH, block, span), dt)
             acc = T.alloc_fragment((block, march, outputs), F32)
-            T.annotate_layout({taps: thread_owned((window_rows, block, span), 1), acc: thread_owned((block, march, outputs), 0)})
+            result = T.alloc_fragment((block, march, outputs), dt)
+            T.annotate_layout({taps: thread_owned((kH, block, span), 1), acc: thread_owned((block, march, outputs), 0),
+                               result: thread_owned((block, march, outputs), 0)})
             part, v = T.alloc_var(F32), T.alloc_var(F32)  # part: a slice's taps reduced; v: a tap, cast once
             for t, j, c in T.Parallel(block, march, outputs):
                 acc[t, j, c] = identity
             for i in T.unroll(slices):
-                for r in T.unroll(window_rows):
+                for r in T.unroll(kH):
                     for t, e in T.Parallel(block, span):
                         plane, od, oh, ow0 = group_of(T.min(bx * block + t, total - 1))
-                        d, h = loaded(od, oh, i, r)
-                        chunk = T.max(T.min((ow0 * sW - lead_cols) // vector + e // vector, W // vector - 1), 0)
+                        d = T.max(T.min(od * sD - pD + i * dD, D - 1), 0)
+                        h = T.max(T.min(oh * sH - pH + r * dH, H - 1), 0)
+                        chunk = T.max(T.min((ow0 * sW - lead) // vector + e // vector, W // vector - 1), 0)
                         taps[r, t, e] = X[plane, d, h, chunk * vector + e % vector]
                 for t, c in T.Parallel(block, outputs):
                     plane, od, oh, ow0 = group_of(bx * block + t)
-                    w0 = (ow0 + c) * sW - pW
                     part = identity
-                    for r, k in T.grid(window_rows, kW):
-                        row, w = along(other, od, oh, r), w0 + k * dW
-                        v = T.Cast(F32, taps[r, t, c * sW + k * dW + lead_cols - pW])
+                    for r, k in T.grid(kH, kW):
+                        h, w = oh * sH - pH + r * dH, (ow0 + c) * sW - pW + k * dW
+                        v = T.Cast(F32, taps[r, t, c * sW + k * dW + lead - pW])
                         inside = (w >= 0) & (w < W)  # a vector past the edge is the edge vector: masked
-                        if not clamps_into_window(spec, (other,)):
-                            inside = inside & (row >= 0) & (row < sizes[other])
+                        if not clamps_into_window(spec, (1,)):
+                            inside = inside & (h >= 0) & (h < H)
                         part = T.if_then_else(inside, _accumulate(spec, part, v), part)
-                    at = along(lead, od, oh, i)
+                    d = od * sD - pD + i * dD
                     for j in T.unroll(march):
-                        # Slice i is tap i - j * stride of output j's window (march > 1: contiguous taps).
-                        holds = (i - j * stride[lead] >= 0) & (i - j * stride[lead] < taps_[lead])
-                        if not clamps_into_window(spec, (lead,)):
-                            holds = holds & (at >= 0) & (at < sizes[lead])
+                        # Slice i is tap i - j * sD of output depth j's window (march > 1: dilation 1).
+                        holds = (i - j * sD >= 0) & (i - j * sD < kD)
+                        if not clamps_into_window(spec, (0,)):
+                            holds = holds & (d >= 0) & (d < D)
                         acc[t, j, c] = T.if_then_else(holds, _accumulate(spec, acc[t, j, c], part), acc[t, j, c])
-            for t, j, c in T.Parallel(block, march, outputs):
+            for t, c in T.Parallel(block, outputs):
+                for j in T.unroll(march):
+                    plane, od, oh, ow0 = group_of(bx * block + t)
+                    starts = ((od + j) * sD - pD, oh * sH - pH, (ow0 + c) * sW - pW)
+                    part = acc[t, j, c]  # through a scalar: TileLang's CPU target cannot vectorize this loop
+                    result[t, j, c] = T.Cast(dt, _result(spec, part, starts, sizes, taps_, sizes, padding))
+            for t, j, c in T.Parallel(block, march, outputs):  # a thread's outputs stored as one vector
                 plane, od, oh, ow0 = group_of(bx * block + t)
-                od, oh = output_at(od, oh, j)
-                if bx * block + t < total and (oW % outputs == 0 or ow0 + c < oW) and (od < oD and oh < oH):
-                    starts = (input_index(od, 0, 0), input_index(oh, 1, 0), (ow0 + c) * sW - pW)
-                    part = acc[t, j, c]  # a scalar: TileLang's CPU target cannot vectorize the division by counts
-                    Y[plane, od, oh, ow0 + c] = T.Cast(dt, _result(spec, part, starts, sizes, taps_, sizes, padding))
+                if bx * block + t < total and (oW % outputs == 0 or ow0 + c < oW) and (oD % march == 0 or od + j < oD):
+                    Y[plane, od + j, oh, ow0 + c] = result[t, j, c]
 
     return KernelSpec(
         main,

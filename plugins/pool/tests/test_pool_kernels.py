@@ -33,13 +33,12 @@ EDGE_CASES = AVG_CASES + MAX_CASES + [
     ("AvgPool3dFwd", (1, 130, 2, 3, 3), dict(kernel_size=[2, 3, 3], divisor_override=5)),
 ]
 
-# Marching vectors variants: several outputs a thread along depth (3-d) or height, the last group
-# partial, ceil-mode windows past the input, padding counted or not.
+# Marching vectors variants: several output depths a thread, the last group partial, ceil-mode
+# windows past the input, padding counted or not, windows past the input in height too.
 MARCHING_CASES = [
     ("MaxPool3dFwd", (1, 2, 11, 6, 16), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
     ("AvgPool3dFwd", (1, 2, 11, 5, 8), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
-    ("AvgPool2dFwd", (1, 2, 21, 16), dict(kernel_size=3, stride=2, padding=1)),
-    ("AvgPool3dFwd", (1, 2, 4, 19, 8), dict(kernel_size=[2, 5, 3], stride=2, padding=[0, 2, 1], ceil_mode=True)),
+    ("AvgPool3dFwd", (1, 2, 13, 19, 8), dict(kernel_size=[5, 5, 3], stride=[1, 2, 2], padding=[2, 2, 1], ceil_mode=True)),
 ]
 
 
