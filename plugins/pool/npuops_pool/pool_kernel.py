@@ -1,9 +1,9 @@
 """The TileLang pooling kernels of this plugin, chosen by :func:`pool_kernel` (``kernel`` in a
 launch config): ``"rows"`` for sliding windows, ``"window"`` for adaptive windows (and as a tuning
-fallback), ``"planes"`` for windows that are the whole input (global pooling) and ``"lanes"`` for those
-over planes of whole 16-byte vectors, ``"strips"`` (a
-launch variant) for windows that tile the input, ``"vectors"`` (a launch variant) for sliding windows
-over rows of whole 16-byte vectors.
+fallback), ``"planes"`` for windows that are the whole input (global pooling) and ``"lanes"`` for
+those over planes of whole 16-byte vectors, ``"strips"`` (a launch variant) for windows that tile
+the input, ``"vectors"`` (a launch variant) for sliding windows over rows of whole 16-byte vectors,
+with several output depths a thread (``march``) where windows overlap in depth.
 
 Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
 input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1). Max propagates NaN
