@@ -127,3 +127,27 @@ def test_a_wrong_variant_makes_the_row_wrong(toy, tmp_path, monkeypatch):
     row = next(r for r in results.rows if r["regime"] == "eager")
     assert row["status"] == "wrong" and "variant" in row["reason"] and row["config"]["writes"] == "half"
     assert "timing" not in row
+
+
+def test_inductor_autotuning_takes_the_device_lock():
+    """torch.compile's first call times its candidate kernel configs; beside other workers'
+    measurements that choice would be noise, so those timings take the device lock."""
+    from torch._inductor.runtime.benchmarking import benchmarker
+
+    from npuops.runner import autotuning_under
+
+    events = []
+
+    class Lock:
+        def __enter__(self):
+            events.append("locked")
+
+        def __exit__(self, *exc):
+            events.append("unlocked")
+
+    with autotuning_under(Lock()):
+        # The call Inductor's autotuner makes for each candidate config.
+        benchmarker.benchmark(lambda: events.append("timed"), device="cpu", warmup=0, rep=1)
+    assert events[0] == "locked" and events[-1] == "unlocked" and set(events[1:-1]) == {"timed"}
+    benchmarker.benchmark(lambda: events.append("after"), device="cpu", warmup=0, rep=1)
+    assert "benchmark" not in vars(benchmarker) and events[-1] == "after"  # the lock is left out again

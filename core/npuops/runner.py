@@ -18,7 +18,7 @@ import socket
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from multiprocessing.connection import Connection, wait
@@ -168,6 +168,35 @@ class DeviceLock:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def autotuning_under(lock: contextlib.AbstractContextManager[Any]) -> Iterator[None]:
+    """torch.compile's Inductor times a kernel's candidate launch configs on the kernel's first
+    call and keeps the fastest for the whole run (its autotune cache too). That first call happens
+    outside the device lock, so those timings would share the GPU with other workers'
+    measurements and the choice would be noise. Inside this context Inductor's benchmarks take the
+    lock, as every measurement here does."""
+    try:
+        from torch._inductor.runtime.benchmarking import benchmarker
+    except ImportError:  # a torch without Inductor: nothing autotunes
+        yield
+        return
+    own = vars(benchmarker).get("benchmark")
+    timed = benchmarker.benchmark
+
+    def benchmark(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return timed(*args, **kwargs)
+
+    benchmarker.benchmark = benchmark
+    try:
+        yield
+    finally:
+        if own is None:
+            del benchmarker.benchmark
+        else:
+            benchmarker.benchmark = own
+
+
 class _DeviceLost(Exception):
     """The device context cannot run work any more; the worker must be replaced."""
 
@@ -208,8 +237,11 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
             fns = impl.builds(op, w, device.torch_device(), options.tune)
             stage = "first call"
             inputs = op.make_inputs(w, InputRNG(device.torch_device(), options.seed + 1))
-            for fn in fns:
-                fn(**inputs)  # lazy compilers (torch.compile) compile here, outside the device lock
+            # Lazy compilers (torch.compile) compile here, outside the device lock, and autotune
+            # under it.
+            with contextlib.nullcontext() if exclusive else autotuning_under(lock):
+                for fn in fns:
+                    fn(**inputs)
             device.synchronize()
             build_s = time.perf_counter() - t0
             with contextlib.nullcontext() if exclusive else lock:
