@@ -564,7 +564,7 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
     planes = math.prod(input_shape[:2])
     sizes = D, H, W = _as_3d(spec.spatial_in, 1)
     oD, oH, oW = _as_3d(spec.spatial_out, 1)
-    (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = taps_, _, padding, _ = _sliding(spec)
+    (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = taps_, stride, padding, dilation = _sliding(spec)
     if march > 1 and march not in marches(spec):
         raise ValueError(f"march must be 1 or one of {marches(spec)} for {spec}, got {march}")
     slices = (march - 1) * sD + kD  # march > 1: dilation 1
@@ -579,6 +579,10 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
     def group_of(n):
         """(plane, first od, oh, first ow) of output group n."""
         return n // (groups * oH * depths), (n // (groups * oH)) % depths * march, (n // groups) % oH, n % groups * outputs
+
+    def tap(o, dim, k=0):
+        """Input position along ``dim`` (0: depth, 1: height, 2: width) of tap k of output o's window."""
+        return o * stride[dim] - padding[dim] + k * dilation[dim]
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
@@ -596,21 +600,21 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
                 for r in T.unroll(kH):
                     for t, e in T.Parallel(block, span):
                         plane, od, oh, ow0 = group_of(T.min(bx * block + t, total - 1))
-                        d = T.max(T.min(od * sD - pD + i * dD, D - 1), 0)
-                        h = T.max(T.min(oh * sH - pH + r * dH, H - 1), 0)
+                        d = T.max(T.min(tap(od, 0, i), D - 1), 0)
+                        h = T.max(T.min(tap(oh, 1, r), H - 1), 0)
                         chunk = T.max(T.min((ow0 * sW - lead) // vector + e // vector, W // vector - 1), 0)
                         taps[r, t, e] = X[plane, d, h, chunk * vector + e % vector]
                 for t, c in T.Parallel(block, outputs):
                     plane, od, oh, ow0 = group_of(bx * block + t)
                     part = identity
                     for r, k in T.grid(kH, kW):
-                        h, w = oh * sH - pH + r * dH, (ow0 + c) * sW - pW + k * dW
+                        h, w = tap(oh, 1, r), tap(ow0 + c, 2, k)
                         v = T.Cast(F32, taps[r, t, c * sW + k * dW + lead - pW])
                         inside = (w >= 0) & (w < W)  # a vector past the edge is the edge vector: masked
                         if not clamps_into_window(spec, (1,)):
                             inside = inside & (h >= 0) & (h < H)
                         part = T.if_then_else(inside, _accumulate(spec, part, v), part)
-                    d = od * sD - pD + i * dD
+                    d = tap(od, 0, i)
                     for j in T.unroll(march):
                         # Slice i is tap i - j * sD of output depth j's window (march > 1: dilation 1).
                         holds = (i - j * sD >= 0) & (i - j * sD < kD)
@@ -620,7 +624,7 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
             for t, c in T.Parallel(block, outputs):
                 for j in T.unroll(march):
                     plane, od, oh, ow0 = group_of(bx * block + t)
-                    starts = ((od + j) * sD - pD, oh * sH - pH, (ow0 + c) * sW - pW)
+                    starts = (tap(od + j, 0), tap(oh, 1), tap(ow0 + c, 2))
                     part = acc[t, j, c]  # through a scalar: TileLang's CPU target cannot vectorize this loop
                     result[t, j, c] = T.Cast(dt, _result(spec, part, starts, sizes, taps_, sizes, padding))
             for t, j, c in T.Parallel(block, march, outputs):  # a thread's outputs stored as one vector

@@ -205,7 +205,8 @@ def test_selection_is_exact_on_the_gpu(shape, topk, params):
 @pytest.mark.parametrize("shape,topk,params", CASES)
 @pytest.mark.parametrize("variant", range(len(OP.tilelang_variants(OP.workloads[0]))))
 def test_every_launch_variant_is_exact_on_the_gpu(variant, shape, topk, params):
-    assert_exact_on_the_gpu(workload(shape, topk, **params), lambda w: OP.tilelang_variants(w)[variant])
+    w = workload(shape, topk, **params)
+    assert_exact_on_the_gpu(w, OP.tilelang_variants(w)[variant])
 
 
 @pytest.mark.gpu
@@ -226,13 +227,12 @@ def test_blocks_taking_many_rows_are_exact_on_the_gpu(lead, shape, topk, params)
     catalog's grid exceeds their rows): floors handed on, the next row's first step loaded early."""
     from npuops_topk.select_kernel import DEFAULT
 
-    assert_exact_on_the_gpu(workload(shape, topk, **params), lambda w: {**DEFAULT, "grid": 3, "lead": lead})
+    assert_exact_on_the_gpu(workload(shape, topk, **params), {**DEFAULT, "grid": 3, "lead": lead})
 
 
-def assert_exact_on_the_gpu(w, config_of):
-    """Our kernel, launched as ``config_of(w)`` says, is exact on ``w``. One shape a test: each
-    compiles its own kernel (tens of seconds), so pytest-xdist can spread them."""
+def assert_exact_on_the_gpu(w, config):
+    """Our kernel, launched with ``config``, is exact on ``w``. One shape a test: each compiles its
+    own kernel (tens of seconds), so pytest-xdist can spread them."""
     device = REGISTRY.device("cuda")
     impl = REGISTRY.implementation("TopkSelectorFwd", "tilelang")
-    config = config_of(w)
     assert check(OP, w, impl.build(OP, w, device.torch_device(), config), device, seed=1).ok, (w.shapes, config)
