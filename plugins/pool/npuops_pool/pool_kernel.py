@@ -52,12 +52,24 @@ MARCH_STEPS = (4, 6, 9)  # output depths a "vectors" thread may take (equal spli
 # select ``v > acc || isnan(v) ? v : acc`` takes three per tap. The 16-bit resnet-stem max pools ran
 # at about 60% of the copy rate with the select, 67% without (h200-s12c-pool-9b35e04): they were
 # partly issue-bound. Plain C for TileLang's CPU target.
+# The 16-bit forms (templates: the prelude precedes TileLang's definitions of bfloat16_t and
+# half_t) let a max over 16-bit taps stay in their type, exact, with no conversions.
 MAX_NAN = r"""
 #ifdef __CUDACC__
 __device__ __forceinline__ float npuops_max_nan(float a, float b) {
   float d;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
   return d;
+}
+template <typename T> __device__ __forceinline__ T npuops_max_nan_bf16(T a, T b) {
+  unsigned short d;
+  asm("max.NaN.bf16 %0, %1, %2;" : "=h"(d) : "h"(a.raw()), "h"(b.raw()));
+  return T::bitcast(d);
+}
+template <typename T> __device__ __forceinline__ T npuops_max_nan_f16(T a, T b) {
+  unsigned short d;
+  asm("max.NaN.f16 %0, %1, %2;" : "=h"(d) : "h"(a.raw()), "h"(b.raw()));
+  return T::bitcast(d);
 }
 #else
 extern "C" float npuops_max_nan(float a, float b) { return a != a ? a : (b != b || b > a) ? b : a; }
@@ -252,13 +264,20 @@ def _result(spec: Pooling, acc, starts, ends, taps, sizes, padding):
     return acc / T.Cast(F32, count)
 
 
-def _accumulate(spec: Pooling, acc, v):
-    """``acc`` after one more tap ``v`` (fp32)."""
+def _accumulate(spec: Pooling, acc, v, dtype: str = F32):
+    """``acc`` after one more tap ``v``, both of ``dtype`` (see :func:`accumulator_dtype`)."""
     import tilelang.language as T
 
     if spec.mode == "max":
-        return T.call_extern(F32, "npuops_max_nan", acc, v)
+        return T.call_extern(dtype, {F32: "npuops_max_nan", "bfloat16": "npuops_max_nan_bf16",
+                                     "float16": "npuops_max_nan_f16"}[dtype], acc, v)
     return acc + v
+
+
+def accumulator_dtype(spec: Pooling, dtype: torch.dtype) -> str:
+    """What a window's taps are reduced in: a max of 16-bit taps in their own type (exact, and
+    no conversion a tap: a max.NaN.bf16 instead of a conversion and a max.NaN.f32); sums in fp32."""
+    return tilelang_dtype(dtype) if spec.mode == "max" and dtype.itemsize == 2 else F32
 
 
 def clamps_into_window(spec: Pooling, dims: tuple[int, ...]) -> bool:
@@ -574,7 +593,8 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
     total = planes * depths * oH * groups
     lead = -(-pW // vector) * vector  # columns loaded left of the first window's start column + pW
     span = -(-(lead - pW + (outputs - 1) * sW + (kW - 1) * dW + 1) // vector) * vector
-    identity = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+    at = accumulator_dtype(spec, dtype)
+    identity = T.Cast(at, -T.infinity(F32)) if spec.mode == "max" else T.float32(0)
 
     def group_of(n):
         """(plane, first od, oh, first ow) of output group n."""
@@ -589,11 +609,11 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
         with T.Kernel(T.ceildiv(total, block), threads=block, prelude=prelude(spec)) as bx:
             # Thread t holds taps[:, t, :] (a depth slice's window rows' vectors), acc[t] and result[t].
             taps = T.alloc_fragment((kH, block, span), dt)
-            acc = T.alloc_fragment((block, march, outputs), F32)
+            acc = T.alloc_fragment((block, march, outputs), at)
             result = T.alloc_fragment((block, march, outputs), dt)
             T.annotate_layout({taps: thread_owned((kH, block, span), 1), acc: thread_owned((block, march, outputs), 0),
                                result: thread_owned((block, march, outputs), 0)})
-            part, v = T.alloc_var(F32), T.alloc_var(F32)  # part: a slice's taps reduced; v: a tap, cast once
+            part, v = T.alloc_var(at), T.alloc_var(at)  # part: a slice's taps reduced; v: a tap, cast once
             for t, j, c in T.Parallel(block, march, outputs):
                 acc[t, j, c] = identity
             for i in T.unroll(slices):
@@ -609,18 +629,18 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
                     part = identity
                     for r, k in T.grid(kH, kW):
                         h, w = tap(oh, 1, r), tap(ow0 + c, 2, k)
-                        v = T.Cast(F32, taps[r, t, c * sW + k * dW + lead - pW])
+                        v = T.Cast(at, taps[r, t, c * sW + k * dW + lead - pW])
                         inside = (w >= 0) & (w < W)  # a vector past the edge is the edge vector: masked
                         if not clamps_into_window(spec, (1,)):
                             inside = inside & (h >= 0) & (h < H)
-                        part = T.if_then_else(inside, _accumulate(spec, part, v), part)
+                        part = T.if_then_else(inside, _accumulate(spec, part, v, at), part)
                     d = tap(od, 0, i)
                     for j in T.unroll(march):
                         # Slice i is tap i - j * sD of output depth j's window (march > 1: dilation 1).
                         holds = (i - j * sD >= 0) & (i - j * sD < kD)
                         if not clamps_into_window(spec, (0,)):
                             holds = holds & (d >= 0) & (d < D)
-                        acc[t, j, c] = T.if_then_else(holds, _accumulate(spec, acc[t, j, c], part), acc[t, j, c])
+                        acc[t, j, c] = T.if_then_else(holds, _accumulate(spec, acc[t, j, c], part, at), acc[t, j, c])
             for t, c in T.Parallel(block, outputs):
                 for j in T.unroll(march):
                     plane, od, oh, ow0 = group_of(bx * block + t)
