@@ -620,26 +620,24 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
                 for r in T.unroll(kH):
                     for t, e in T.Parallel(block, span):
                         plane, od, oh, ow0 = group_of(T.min(bx * block + t, total - 1))
-                        d = T.max(T.min(tap(od, 0, i), D - 1), 0)
-                        h = T.max(T.min(tap(oh, 1, r), H - 1), 0)
-                        chunk = T.max(T.min((ow0 * sW - lead) // vector + e // vector, W // vector - 1), 0)
-                        taps[r, t, e] = X[plane, d, h, chunk * vector + e % vector]
+                        d, h = tap(od, 0, i), oh * sH - pH + r * dH
+                        chunk = (ow0 * sW - lead) // vector + e // vector
+                        # A vector outside the input is the reduction's identity, loaded from a clamped
+                        # address: the taps need no masks (a max may take the nearest row instead).
+                        inside = (chunk >= 0) & (chunk < W // vector)
+                        if not clamps_into_window(spec, (0, 1)):
+                            inside = inside & (d >= 0) & (d < D) & (h >= 0) & (h < H)
+                        value = X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
+                                  T.max(T.min(chunk, W // vector - 1), 0) * vector + e % vector]
+                        taps[r, t, e] = T.if_then_else(inside, value, T.Cast(dt, identity))
                 for t, c in T.Parallel(block, outputs):
-                    plane, od, oh, ow0 = group_of(bx * block + t)
                     part = identity
                     for r, k in T.grid(kH, kW):
-                        h, w = tap(oh, 1, r), tap(ow0 + c, 2, k)
                         v = T.Cast(at, taps[r, t, c * sW + k * dW + lead - pW])
-                        inside = (w >= 0) & (w < W)  # a vector past the edge is the edge vector: masked
-                        if not clamps_into_window(spec, (1,)):
-                            inside = inside & (h >= 0) & (h < H)
-                        part = T.if_then_else(inside, _accumulate(spec, part, v, at), part)
-                    d = tap(od, 0, i)
+                        part = _accumulate(spec, part, v, at)
                     for j in T.unroll(march):
                         # Slice i is tap i - j * sD of output depth j's window (march > 1: dilation 1).
                         holds = (i - j * sD >= 0) & (i - j * sD < kD)
-                        if not clamps_into_window(spec, (0,)):
-                            holds = holds & (d >= 0) & (d < D)
                         acc[t, j, c] = T.if_then_else(holds, _accumulate(spec, acc[t, j, c], part, at), acc[t, j, c])
             for t, c in T.Parallel(block, outputs):
                 for j in T.unroll(march):
