@@ -7,13 +7,14 @@ with several output depths a thread (``march``) where windows overlap in depth.
 
 Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
 input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1). Max propagates NaN
-as PyTorch does (``val > max || isnan(val)``), in one instruction a tap (``max.NaN.f32``,
-:data:`MAX_NAN`) where that select takes three; averages sum in fp32 and divide as PyTorch divides.
-Sliding windows start at ``o * stride - padding`` with ``kernel`` taps ``dilation`` apart; adaptive
-windows cover ``[floor(o * n / m), ceil((o + 1) * n / m))``. Every loaded element is cast to fp32
-once: CUDA's half-to-float conversion is an inline asm statement that the compiler neither merges
-nor speculates, so an expression naming a half load three times (as a NaN-propagating max does)
-converted it three times behind branches, which made f16 40% slower than bf16 on the H200.
+as PyTorch does (``val > max || isnan(val)``), in one instruction a tap (``max.NaN.f32``, or on
+16-bit taps ``max.NaN.bf16`` / ``.f16`` in their own type, exact: :data:`MAX_NAN`) where that
+select takes three; averages sum in fp32 and divide as PyTorch divides. Sliding windows start at
+``o * stride - padding`` with ``kernel`` taps ``dilation`` apart; adaptive windows cover
+``[floor(o * n / m), ceil((o + 1) * n / m))``. A tap an average sums is cast to fp32 once: CUDA's
+half-to-float conversion is an inline asm statement that the compiler neither merges nor
+speculates, so an expression naming a half load three times (as PyTorch's NaN-propagating max
+does) converted it three times behind branches, which made f16 40% slower than bf16 on the H200.
 
 Why the ``"rows"`` kernel: a thread per output reading its taps from global memory (the
 ``"window"`` kernel, and torch.compile's Triton kernel) issues a 2-byte load per tap, strided by the
@@ -264,7 +265,7 @@ def _result(spec: Pooling, acc, starts, ends, taps, sizes, padding):
     return acc / T.Cast(F32, count)
 
 
-def _accumulate(spec: Pooling, acc, v, dtype: str = F32):
+def _accumulate(spec: Pooling, acc, v, dtype: str):
     """``acc`` after one more tap ``v``, both of ``dtype`` (see :func:`accumulator_dtype`)."""
     import tilelang.language as T
 
@@ -311,6 +312,7 @@ def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch
     import tilelang.language as T
 
     dt = tilelang_dtype(dtype)
+    at = accumulator_dtype(spec, dtype)
     planes, size = math.prod(input_shape[:2]), math.prod(input_shape[2:])
     padded = staged_row(spec, dtype) if staged else size
     divisor = float(spec.divisor_override or size)  # the window is the input: no padding to count
@@ -324,15 +326,15 @@ def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch
             else:
                 tile = T.alloc_fragment((block, size), dt)
                 T.annotate_layout({tile: thread_owned((block, size), 0)})
-            acc = T.alloc_fragment((block,), F32)
+            acc = T.alloc_fragment((block,), at)
             for p, k in T.Parallel(block, size):
                 tile[p, k] = X[T.min(bx * block + p, planes - 1), k]
             for p in T.Parallel(block):
                 if bx * block + p < planes:
-                    acc[p] = -T.infinity(F32) if spec.mode == "max" else 0.0
+                    acc[p] = T.Cast(at, -T.infinity(F32)) if spec.mode == "max" else 0.0
                     for k in (T.serial if staged else T.unroll)(size):  # unrolled: registers
-                        v = T.Cast(F32, tile[p, k])
-                        acc[p] = _accumulate(spec, acc[p], v)
+                        v = T.Cast(at, tile[p, k])
+                        acc[p] = _accumulate(spec, acc[p], v, at)
                     Y[bx * block + p, 0] = T.Cast(dt, acc[p] if spec.mode == "max" else acc[p] / divisor)
 
     return KernelSpec(
@@ -364,6 +366,7 @@ def lanes_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
     import tilelang.language as T
 
     dt = tilelang_dtype(dtype)
+    at = accumulator_dtype(spec, dtype)
     planes, size = math.prod(input_shape[:2]), math.prod(input_shape[2:])
     vector = VECTOR_BYTES // dtype.itemsize
     most = plane_lanes(spec, dtype)
@@ -373,29 +376,29 @@ def lanes_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
     per_block = block // lanes
     vectors_per_lane = size // (vector * lanes)
     divisor = float(spec.divisor_override or size)
-    identity = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+    identity = T.Cast(at, -T.infinity(F32)) if spec.mode == "max" else T.float32(0)
 
     @T.prim_func
     def main(X: T.Tensor((planes, size), dt), Y: T.Tensor((planes, 1), dt)):
         with T.Kernel(T.ceildiv(planes, per_block), threads=block, prelude=prelude(spec)) as bx:
             tile = T.alloc_fragment((per_block, size), dt)
             T.annotate_layout({tile: interleaved_vectors(per_block, size, lanes, vector)})
-            partial = T.alloc_shared((per_block, lanes), F32)
-            acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
+            partial = T.alloc_shared((per_block, lanes), at)
+            acc, v = T.alloc_var(at), T.alloc_var(at)  # v: a tap, cast once
             for p, k in T.Parallel(per_block, size):
                 tile[p, k] = X[T.min(bx * per_block + p, planes - 1), k]
             for p, g in T.Parallel(per_block, lanes):
                 acc = identity
                 for j in T.unroll(vectors_per_lane):
                     for e in T.unroll(vector):
-                        v = T.Cast(F32, tile[p, (j * lanes + g) * vector + e])
-                        acc = _accumulate(spec, acc, v)
+                        v = T.Cast(at, tile[p, (j * lanes + g) * vector + e])
+                        acc = _accumulate(spec, acc, v, at)
                 partial[p, g] = acc
             for p, g in T.Parallel(per_block, lanes):  # the whole block: TileLang keeps the barrier
                 if g == 0 and bx * per_block + p < planes:
                     acc = identity
                     for h in T.serial(lanes):
-                        acc = _accumulate(spec, acc, partial[p, h])
+                        acc = _accumulate(spec, acc, partial[p, h], at)
                     Y[bx * per_block + p, 0] = T.Cast(dt, acc if spec.mode == "max" else acc / divisor)
 
     return KernelSpec(
@@ -414,6 +417,7 @@ def rows_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
     import tilelang.language as T
 
     dt = tilelang_dtype(dtype)
+    at = accumulator_dtype(spec, dtype)
     planes = math.prod(input_shape[:2])
     D, H, W = _as_3d(spec.spatial_in, 1)
     oD, oH, oW = _as_3d(spec.spatial_out, 1)
@@ -421,13 +425,13 @@ def rows_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
     s = slab(spec, dtype, rows, cols)
     bands, tiles = -(-oH // rows), -(-oW // cols)
     pieces = s.depth * s.rows * (s.cols // s.vector)  # vectors staged per block
-    identity = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+    identity = T.Cast(at, -T.infinity(F32)) if spec.mode == "max" else T.float32(0)
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
         with T.Kernel(planes * oD * bands * tiles, threads=block, prelude=prelude(spec)) as bx:
             staged = T.alloc_shared((s.depth, s.rows, s.cols), dt)
-            acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
+            acc, v = T.alloc_var(at), T.alloc_var(at)  # v: a tap, cast once
             tile = bx % tiles
             band = (bx // tiles) % bands
             od = (bx // (tiles * bands)) % oD
@@ -453,8 +457,8 @@ def rows_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
                     if r < rows and oh < oH and ow < oW:
                         acc = identity
                         for i, j, k in T.grid(kD, kH, kW):
-                            v = T.Cast(F32, staged[i, r * sH + j * dH, s.lead - pW + c * sW + k * dW])
-                            acc = _accumulate(spec, acc, v)
+                            v = T.Cast(at, staged[i, r * sH + j * dH, s.lead - pW + c * sW + k * dW])
+                            acc = _accumulate(spec, acc, v, at)
                         starts = (d0, oh * sH - pH, ow * sW - pW)
                         Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, starts, (D, H, W), (kD, kH, kW),
                                                                   (D, H, W), (pD, pH, pW)))
@@ -492,6 +496,7 @@ def strips_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
     import tilelang.language as T
 
     dt = tilelang_dtype(dtype)
+    at = accumulator_dtype(spec, dtype)
     planes = math.prod(input_shape[:2])
     D, H, W = _as_3d(spec.spatial_in, 1)
     oD, oH, oW = _as_3d(spec.spatial_out, 1)
@@ -514,17 +519,17 @@ def strips_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
             # ... and its strip's outputs, stored as one vector.
             strip = T.alloc_fragment((block, width), dt)
             T.annotate_layout({strip: thread_owned((block, width), 0)})
-            acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
+            acc, v = T.alloc_var(at), T.alloc_var(at)  # v: a tap, cast once
             for r in T.unroll(window_rows):
                 for t, c, k in T.Parallel(block, width, kW):
                     plane, od, oh, ow = strip_of(T.min(bx * block + t, total - 1))
                     taps[r, t, c, k] = X[plane, od * kD + r // kH, oh * kH + r % kH, (ow + c) * kW + k]
             for t, c in T.Parallel(block, width):
                 plane, od, oh, ow = strip_of(bx * block + t)
-                acc = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+                acc = T.Cast(at, -T.infinity(F32)) if spec.mode == "max" else T.float32(0)
                 for r, k in T.grid(window_rows, kW):
-                    v = T.Cast(F32, taps[r, t, c, k])
-                    acc = _accumulate(spec, acc, v)
+                    v = T.Cast(at, taps[r, t, c, k])
+                    acc = _accumulate(spec, acc, v, at)
                 starts = (od * kD, oh * kH, (ow + c) * kW)
                 strip[t, c] = T.Cast(dt, _result(spec, acc, starts, (D, H, W), (kD, kH, kW), (D, H, W), (0, 0, 0)))
             for t, c in T.Parallel(block, width):
@@ -672,6 +677,7 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
     import tilelang.language as T
 
     dt = tilelang_dtype(dtype)
+    at = accumulator_dtype(spec, dtype)
     planes = math.prod(input_shape[:2])
     D, H, W = _as_3d(spec.spatial_in, 1)
     oD, oH, oW = _as_3d(spec.spatial_out, 1)
@@ -695,7 +701,7 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
         with T.Kernel(T.ceildiv(total, block * outputs), threads=block, prelude=prelude(spec)) as bx:
-            acc, v = T.alloc_var(F32), T.alloc_var(F32)  # v: a tap, cast once
+            acc, v = T.alloc_var(at), T.alloc_var(at)  # v: a tap, cast once
             for t in T.Parallel(block):
                 for u in T.unroll(outputs):
                     idx = (bx * block + t) * outputs + u
@@ -707,22 +713,22 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
                         d0, d_end = window(od, D, oD, sD, pD)
                         h0, h_end = window(oh, H, oH, sH, pH)
                         w0, w_end = window(ow, W, oW, sW, pW)
-                        acc = -T.infinity(F32) if spec.mode == "max" else T.float32(0)
+                        acc = T.Cast(at, -T.infinity(F32)) if spec.mode == "max" else T.float32(0)
                         for i, j, k in T.grid(kD, kH, kW):
                             d = d0 + i * dD
                             h = h0 + j * dH
                             w = w0 + k * dW
                             if predicated:
-                                v = T.Cast(F32, X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
+                                v = T.Cast(at, X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
                                                   T.max(T.min(w, W - 1), 0)])
                                 if clamps_into_window(spec, (0, 1, 2)):
-                                    acc = _accumulate(spec, acc, v)
+                                    acc = _accumulate(spec, acc, v, at)
                                 else:
                                     inside = (d >= 0) & (d < d_end) & (h >= 0) & (h < h_end) & (w >= 0) & (w < w_end)
-                                    acc = T.if_then_else(inside, _accumulate(spec, acc, v), acc)
+                                    acc = T.if_then_else(inside, _accumulate(spec, acc, v, at), acc)
                             elif d >= 0 and d < d_end and h >= 0 and h < h_end and w >= 0 and w < w_end:
-                                v = T.Cast(F32, X[plane, d, h, w])
-                                acc = _accumulate(spec, acc, v)
+                                v = T.Cast(at, X[plane, d, h, w])
+                                acc = _accumulate(spec, acc, v, at)
                         Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, (d0, h0, w0), (d_end, h_end, w_end),
                                                                   taps, (D, H, W), padding))
 
