@@ -276,19 +276,23 @@ def test_every_marching_variant_passes_the_gate_on_the_gpu(op_name, shape, param
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("op_name,shape,params", [
-    ("MaxPool2dFwd", (1, 2, 9, 16), dict(kernel_size=3, stride=2, padding=1)),
-    ("MaxPool3dFwd", (1, 2, 11, 6, 16), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+    ("MaxPool2dFwd", (1, 2, 9, 16), dict(kernel_size=3, stride=2, padding=1)),  # window, rows, vectors
+    ("MaxPool2dFwd", (1, 2, 8, 16), dict(kernel_size=2, stride=2)),  # strips
+    ("MaxPool3dFwd", (1, 2, 11, 6, 16), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),  # marching
+    ("MaxPool1dFwd", (2, 70, 64), dict(kernel_size=64)),  # lanes, planes
 ])
-def test_nan_propagates_through_every_16_bit_vectors_variant(op_name, shape, params, dtype):
-    """The vectors kernel takes a max of 16-bit taps in their own type (max.NaN.bf16 / .f16): a
-    NaN reaches exactly the windows that hold it, marching in depth or not."""
+def test_nan_propagates_through_every_16_bit_max_variant(op_name, shape, params, dtype):
+    """A max of 16-bit taps is taken in their own type (max.NaN.bf16 / .f16) by every kernel: a
+    NaN reaches exactly the windows that hold it, in every launch variant."""
     device = REGISTRY.device("cuda")
     op, impl = REGISTRY.op(op_name), REGISTRY.implementation(op_name, "tilelang")
     w = make_workload(op_name, shape, dtype, **params)
     x = torch.randn(shape, device="cuda").to(w.dtype_of("input"))
-    x.view(2, -1)[0, x[0, 0].numel() // 2] = float("nan")
+    planes = x.view(-1, math.prod(shape[2:]))
+    planes[0, planes.shape[1] // 2] = float("nan")
+    planes[-1, -1] = float("nan")  # in the last plane's last vector
     expected = op.reference({"input": x}, w)
-    for config in (v for v in op.tilelang_variants(w) if v["kernel"] == "vectors"):
+    for config in op.tilelang_variants(w):
         out = impl.build(op, w, device.torch_device(), config=config)(input=x)
         assert torch.equal(torch.isnan(out), torch.isnan(expected)) and torch.isnan(out).any(), config
         assert op.compare(out, expected, w).ok, config
