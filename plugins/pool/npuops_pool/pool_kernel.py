@@ -625,7 +625,7 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
                 for r in T.unroll(kH):
                     for t, e in T.Parallel(block, span):
                         plane, od, oh, ow0 = group_of(T.min(bx * block + t, total - 1))
-                        d, h = tap(od, 0, i), oh * sH - pH + r * dH
+                        d, h = tap(od, 0, i), tap(oh, 1, r)
                         chunk = (ow0 * sW - lead) // vector + e // vector
                         # A vector outside the input is the reduction's identity, loaded from a clamped
                         # address: the taps need no masks (a max may take the nearest row instead).
