@@ -32,7 +32,31 @@ def vector_elements(length: int, threads: int, itemsize: int) -> int:
 def thread_major(length: int, threads: int, itemsize: int):
     """Layout of a (1, length) row fragment whose vectors (:func:`vector_elements`) are interleaved
     over all ``threads`` (``npuops.kernels.interleaved_vectors``)."""
-    return interleaved_vectors(1, length, threads, vector_elements(length, threads, itemsize))
+    return group_major(1, length, threads, itemsize)
+
+
+def group_major(groups: int, length: int, threads: int, itemsize: int):
+    """Layout of a (groups, length) row fragment: group g on the threads // groups threads from
+    g * threads // groups, its vectors interleaved over them as :func:`thread_major` does a row's."""
+    lanes = threads // groups
+    return interleaved_vectors(groups, length, lanes, vector_elements(length, lanes, itemsize))
+
+
+def group_values(groups: int, threads: int):
+    """Layout of a (groups,) fragment of per-group results: each thread of group g (see
+    :func:`group_major`) holds value g."""
+    from tilelang.layout import Fragment
+
+    lanes = threads // groups
+    return Fragment((groups,), forward_thread_fn=lambda g, rep: g * lanes + rep, replicate=lanes,
+                    forward_index_fn=lambda g: 0)
+
+
+def reduces_groups(groups: int, threads: int, length: int) -> bool:
+    """Whether :func:`block_reducer` takes ``groups`` groups of ``length`` over ``threads``: whole
+    warps per group, whole vectors per thread."""
+    lanes = threads // groups
+    return threads % groups == 0 and lanes % WARP == 0 and length % lanes == 0
 
 
 # A wide decode row is split over a cluster: a slice of CLUSTER_SLICE elements per block,
@@ -121,18 +145,23 @@ def cluster_sharer(threads: int, cluster: int):
     return share
 
 
-def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
-    """A macro ``reduce(term, out, kind, exchange, slot)``: ``out[0]`` = the sum (``kind`` "sum") or
-    max ("max", of non-negative terms) of ``term(j)`` over the ``length`` elements of a row laid out
-    by :func:`thread_major`; the warps' results meet in ``exchange[slot, :]`` (:func:`exchange_slots`).
-    Every thread gets the result. With ``cluster`` > 1 the row is split over the blocks of a cluster
+def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1, groups: int = 1):
+    """A macro ``reduce(term, out, kind, exchange, slot)``: ``out[g]`` = the sum (``kind`` "sum") or
+    max ("max", of non-negative terms) of ``term(g, j)`` over the ``length`` elements of each of
+    ``groups`` groups of a row laid out by :func:`group_major` (one group: :func:`thread_major`);
+    the warps' results meet in ``exchange[slot, :]`` (:func:`exchange_slots`). Every thread gets
+    the result (of several groups, its own group's: ``out`` laid out by :func:`group_values`). With
+    ``cluster`` > 1 the row (one group) is split over the blocks of a cluster
     (:func:`cluster_kernel`), ``length`` elements each, and the result is the whole row's."""
     import tilelang.language as T
 
+    assert groups == 1 or (cluster == 1 and reduces_groups(groups, threads, length))
     combine = {"sum": lambda a, b: a + b, "max": T.max}
     warp_reduce = {"sum": T.warp_reduce_sum, "max": T.warp_reduce_max}
-    vec = vector_elements(length, threads, itemsize)
-    vectors_per_thread = length // (threads * vec)
+    lanes = threads // groups
+    vec = vector_elements(length, lanes, itemsize)
+    vectors_per_thread = length // (lanes * vec)
+    warps = max(lanes // WARP, 1)  # of a group
 
     share = cluster_sharer(threads, cluster)
 
@@ -144,15 +173,15 @@ def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
             part[t] = 0.0
             for k in T.unroll(vectors_per_thread):  # unrolled: the row stays in registers
                 for v in T.unroll(vec):
-                    part[t] = combine[kind](part[t], term((k * threads + t) * vec + v))
+                    part[t] = combine[kind](part[t], term(t // lanes, (k * lanes + t % lanes) * vec + v))
             part[t] = warp_reduce[kind](part[t])
             if t % WARP == 0:
                 exchange[warp_slot(slot, t // WARP, cluster)] = part[t]
         T.sync_threads()
-        for g in T.Parallel(1):
+        for g in T.Parallel(groups):
             out[g] = 0.0
-            for w in T.unroll(threads // WARP):
-                out[g] = combine[kind](out[g], exchange[warp_slot(slot, w, cluster)])
+            for w in T.unroll(warps):
+                out[g] = combine[kind](out[g], exchange[warp_slot(slot, g * warps + w, cluster)])
         if cluster > 1:
             share(exchange, ((slot, out[0]),))
             for g in T.Parallel(1):

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 from npuops.kernels import VECTOR_BYTES, KernelSpec, tilelang_dtype
 
-from .block_reduce import block_reducer, cluster_kernel, cluster_split, exchange_slots, moments_reducer, thread_major
+from .block_reduce import (block_reducer, cluster_kernel, cluster_split, exchange_slots, group_major, group_values,
+                           moments_reducer, reduces_groups)
 
 F32 = "float32"
 ROUNDING_MAGIC = 12582912.0  # 1.5 * 2^23: x + it rounds x (|x| < 2^22) to an integer, half to even
@@ -165,8 +166,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     if padded != span and G > 1:
         raise ValueError(rowwise_unsupported(spec, shape, dtype))
     # A plain row (one group, one segment) is laid out thread-major and reduced with one barrier
-    # (see block_reduce); grouped rows by TileLang's block all-reduce.
+    # (see block_reduce), and so are groups of whole warps; other grouped rows (and segments, whose
+    # statistic is joint) by TileLang's block all-reduce, which takes two barriers a power-of-two
+    # stride.
     plain = G == 1 and not tile_allreduce
+    own_reducer = plain or (not tile_allreduce and segs == 1 and reduces_groups(G, threads, padded // G))
     if cluster > 1 and (not plain or hidden % cluster or padded != span):
         raise ValueError(f"a row split over {cluster} blocks needs one group and slices the {threads} threads of a "
                          f"block share evenly, got rows {hidden} wide in {G} groups")
@@ -230,10 +234,17 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         return y
 
     def row_fragment(dtype_):
-        """A (G, m) register fragment; on plain rows laid out thread-major (see ``plain``)."""
+        """A (G, m) register fragment; laid out group-major where block_reducer reduces it."""
         fragment = T.alloc_fragment((G, m), dtype_)
-        if plain:
-            T.annotate_layout({fragment: thread_major(m, threads, dtype.itemsize)})  # G == 1
+        if own_reducer:
+            T.annotate_layout({fragment: group_major(G, m, threads, dtype.itemsize)})
+        return fragment
+
+    def group_fragment():
+        """A (G,) fragment of per-group results (see ``row_fragment``)."""
+        fragment = T.alloc_fragment((G,), F32)
+        if own_reducer and G > 1:
+            T.annotate_layout({fragment: group_values(G, threads)})
         return fragment
 
     @T.macro
@@ -257,7 +268,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             return in_row(j, T.abs(y[g, j]))
         return term
 
-    reduce_plain = block_reducer(threads, m, dtype.itemsize, cluster) if plain else None
+    reduce_own = block_reducer(threads, m, dtype.itemsize, cluster, G) if own_reducer else None
     welford = welford and plain and not masked and spec.stat == "meanvar"
     reduce_moments = moments_reducer(threads, m, dtype.itemsize, cluster) if welford else None
     # A row's reductions, each with an exchange slot of its own (Welford's takes the first two).
@@ -267,9 +278,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     @T.macro
     def reduce_row(term, out, kind, exchange, slot):
         """out[g] = the sum (or max) of term(g, j) over each group's j (terms are non-negative for max).
-        On plain rows the warps' results meet in ``exchange[slot, :]``, a slot of the kernel's own."""
-        if plain:
-            reduce_plain(lambda j: term(0, j), out, kind, exchange, slot)
+        With block_reducer the warps' results meet in ``exchange[slot, :]``, a slot of the kernel's own."""
+        if own_reducer:
+            reduce_own(term, out, kind, exchange, slot)
         else:
             acc = T.alloc_fragment((G, m), F32)
             for g, j in T.Parallel(G, m):
@@ -285,9 +296,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         # is recomputed from them where needed. Half the registers of an f32 copy, so more rows
         # are in flight per SM (the bound on these memory-bound kernels).
         raw = row_fragment(dt)
-        exchange = exchange_slots(len(slots), threads, cluster) if plain else None
-        stat = T.alloc_fragment((G,), F32)
-        mean = T.alloc_fragment((G,), F32)
+        exchange = exchange_slots(len(slots), threads, cluster) if own_reducer else None
+        stat = group_fragment()
+        mean = group_fragment()
         load_row(raw, lambda g, j: X[at(row, g, j)])
         if prefetch and spec.weight is not None:
             W_row = row_fragment(dt)
@@ -349,7 +360,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             for g, j in T.Parallel(G, m):
                 y[g, j] = normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j)
             q = row_fragment("int8")
-            scale = T.alloc_fragment((G,), F32)
+            scale = group_fragment()
             reduce_row(magnitudes(y), scale, "max", exchange, slots["absmax"])
             for g in T.Parallel(G):
                 scale[g] = T.max(scale[g] / 127.0, spec.quant_min_scale)
@@ -426,5 +437,5 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         outputs = {"y": dtype}
     return KernelSpec(main, tuple(params), outputs, returns,
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "rows_per_block": 1, "padded_to": padded,
-                       "masked": masked, "prefetch": prefetch, "warp_reduce": plain, "cluster": cluster,
+                       "masked": masked, "prefetch": prefetch, "warp_reduce": own_reducer, "cluster": cluster,
                        "welford": welford})

@@ -97,7 +97,7 @@ def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = RO
                 w[g, c] = W[0, start + c]
             if cluster > 1:
                 T.cluster_wait()  # every block of the cluster has started: the reduction may write to it
-            reduce(lambda c: T.Cast(F32, w[0, c]) * T.Cast(F32, w[0, c]), ww, "sum", exchange, 0)  # ||w||²
+            reduce(lambda _, c: T.Cast(F32, w[0, c]) * T.Cast(F32, w[0, c]), ww, "sum", exchange, 0)  # ||w||²
             nt = T.max(T.sqrt(u0 * u0 * ww[0]), eps)  # ||t||, t = u0 w
             s = u0 * ww[0] / nt  # w·v'
             u_new = s / T.max(T.abs(s), eps)

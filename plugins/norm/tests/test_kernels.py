@@ -278,6 +278,19 @@ def test_plain_rows_reduce_through_one_barrier(hidden, threads, barriers):
     assert source.count("warp_reduce_sum") == 1
 
 
+@pytest.mark.parametrize("threads,own", [(256, True), (512, True), (128, False)])
+def test_groups_of_whole_warps_reduce_through_one_barrier(threads, own):
+    """Eight groups of 1024: with whole warps a group (256 or 512 threads) their sums meet in one
+    exchange as a plain row's do, where TileLang's all-reduce ran once per group a thread held;
+    with 16 threads a group (128 threads) the all-reduce stays."""
+    from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
+
+    spec = rowwise_kernel(RowNorm("rms", 1e-6, weight="w", groups=8), (3, 8192), torch.bfloat16, threads=threads)
+    source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+    assert ("AllReduce" not in source and source.count("__syncthreads()") == 1) == own
+    assert spec.config["warp_reduce"] == own
+
+
 def test_launch_variants_start_with_the_rule_and_each_compiles():
     """What `npuops run --tune` chooses among: the rule's launch first, then others that split
     the (grouped) row evenly."""
