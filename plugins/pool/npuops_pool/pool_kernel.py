@@ -572,9 +572,10 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
                    outputs: int, march: int = 1) -> KernelSpec:
     """Sliding windows, a thread per ``outputs`` adjacent outputs of an output row: for each window
     row it loads the whole 16-byte vectors its windows span into registers (a vector past the
-    input's edge is loaded from the edge and masked), then reduces each window there, and stores
-    its outputs together. torch.compile's Triton kernel has this form with one output and a 2-byte
-    load per tap; here every load is a full vector and no shared memory or barrier is needed.
+    input's edge is loaded from a clamped address as the reduction's identity, so no tap needs a
+    mask), then reduces each window there, and stores its outputs together. torch.compile's Triton
+    kernel has this form with one output and a 2-byte load per tap; here every load is a full
+    vector and no shared memory or barrier is needed.
 
     ``march`` > 1 (:func:`marches`): the thread takes that many output depths too, reduces each
     input depth slice once and folds it into every window holding it. Windows overlapping in depth
