@@ -275,6 +275,13 @@ def _accumulate(spec: Pooling, acc, v, dtype: str):
     return acc + v
 
 
+def _identity(spec: Pooling, dtype: str):
+    """What a window's reduction starts from, of ``dtype`` (see :func:`accumulator_dtype`)."""
+    import tilelang.language as T
+
+    return T.Cast(dtype, -T.infinity(F32)) if spec.mode == "max" else T.float32(0)
+
+
 def accumulator_dtype(spec: Pooling, dtype: torch.dtype) -> str:
     """What a window's taps are reduced in: a max of 16-bit taps in their own type (exact, and
     no conversion a tap: a max.NaN.bf16 instead of a conversion and a max.NaN.f32); sums in fp32."""
@@ -331,7 +338,7 @@ def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch
                 tile[p, k] = X[T.min(bx * block + p, planes - 1), k]
             for p in T.Parallel(block):
                 if bx * block + p < planes:
-                    acc[p] = T.Cast(at, -T.infinity(F32)) if spec.mode == "max" else 0.0
+                    acc[p] = _identity(spec, at)
                     for k in (T.serial if staged else T.unroll)(size):  # unrolled: registers
                         v = T.Cast(at, tile[p, k])
                         acc[p] = _accumulate(spec, acc[p], v, at)
@@ -376,7 +383,7 @@ def lanes_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
     per_block = block // lanes
     vectors_per_lane = size // (vector * lanes)
     divisor = float(spec.divisor_override or size)
-    identity = T.Cast(at, -T.infinity(F32)) if spec.mode == "max" else T.float32(0)
+    identity = _identity(spec, at)
 
     @T.prim_func
     def main(X: T.Tensor((planes, size), dt), Y: T.Tensor((planes, 1), dt)):
@@ -425,7 +432,7 @@ def rows_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
     s = slab(spec, dtype, rows, cols)
     bands, tiles = -(-oH // rows), -(-oW // cols)
     pieces = s.depth * s.rows * (s.cols // s.vector)  # vectors staged per block
-    identity = T.Cast(at, -T.infinity(F32)) if spec.mode == "max" else T.float32(0)
+    identity = _identity(spec, at)
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
@@ -526,7 +533,7 @@ def strips_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
                     taps[r, t, c, k] = X[plane, od * kD + r // kH, oh * kH + r % kH, (ow + c) * kW + k]
             for t, c in T.Parallel(block, width):
                 plane, od, oh, ow = strip_of(bx * block + t)
-                acc = T.Cast(at, -T.infinity(F32)) if spec.mode == "max" else T.float32(0)
+                acc = _identity(spec, at)
                 for r, k in T.grid(window_rows, kW):
                     v = T.Cast(at, taps[r, t, c, k])
                     acc = _accumulate(spec, acc, v, at)
@@ -600,7 +607,7 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
     lead = -(-pW // vector) * vector  # columns loaded left of the first window's start column + pW
     span = -(-(lead - pW + (outputs - 1) * sW + (kW - 1) * dW + 1) // vector) * vector
     at = accumulator_dtype(spec, dtype)
-    identity = T.Cast(at, -T.infinity(F32)) if spec.mode == "max" else T.float32(0)
+    identity = _identity(spec, at)
 
     def group_of(n):
         """(plane, first od, oh, first ow) of output group n."""
@@ -714,7 +721,7 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
                         d0, d_end = window(od, D, oD, sD, pD)
                         h0, h_end = window(oh, H, oH, sH, pH)
                         w0, w_end = window(ow, W, oW, sW, pW)
-                        acc = T.Cast(at, -T.infinity(F32)) if spec.mode == "max" else T.float32(0)
+                        acc = _identity(spec, at)
                         for i, j, k in T.grid(kD, kH, kW):
                             d = d0 + i * dD
                             h = h0 + j * dH
