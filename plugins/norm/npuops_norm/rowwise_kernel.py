@@ -145,9 +145,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
     override the launch rule; ``tile_allreduce`` reduces plain rows and groups of whole warps with
     TileLang's block all-reduce too (a variant: up to 3% faster on a few 16384-wide prefill rows in
-    h200-s7a, slower on every decode row; 2-3% faster with one warp a group in h200-s14b); ``cluster`` (blocks per row, see :func:`row_cluster`)
-    too; ``welford`` takes a plain unmasked row's mean and variance in one reduction
-    (block_reduce.moments_reducer) rather than a mean then a centered sum."""
+    h200-s7a, slower on every decode row; 2-3% faster with one warp a group in h200-s14b);
+    ``cluster`` (blocks per row, see :func:`row_cluster`) too; ``welford`` takes a plain unmasked
+    row's mean and variance in one reduction (block_reduce.moments_reducer) rather than a mean then
+    a centered sum."""
     import tilelang.language as T
 
     segs = spec.segments
