@@ -4,7 +4,8 @@
 #   run(carry=[".devkit", ".whl"], command="NPUOPS_GIT_REVISION=$(rev) bash scripts/h200-session.sh RESULTS ARGS...")
 # RESULTS names the results file ($OUT/RESULTS.jsonl, reports beside it); ARGS go to `npuops run`
 # (e.g. --op RMSNormFwd,LayerNormFwd). CORE_GPU_TESTS (default tests; empty: none) and GPU_TESTS
-# (default plugins) pick the tests marked gpu;
+# (default plugins) pick the tests marked gpu, paths split on spaces; GPU_TESTS_K, a pytest -k
+# expression for the plugins' tests (spaces kept: "LayerNorm or FusedAdd");
 # RUN_TIMEOUT / TEST_TIMEOUT (seconds) keep the call inside the device's 10-minute limit;
 # TEST_WORKERS (default 6) pytest-xdist workers share the GPU (the device image has pytest-xdist).
 # .devkit comes from ../shared/devkit/pack-tilelang; .whl from scripts/pack-wheels.sh (liger-kernel);
@@ -36,7 +37,7 @@ python3 -m npuops.cli report "$OUT/$name.jsonl" --format html -o "$OUT/$name.htm
 # time): xdist workers compile in parallel.
 gpu_tests() {
   if [ -n "${CORE_GPU_TESTS-tests}" ]; then python3 -m pytest -v -rf --tb=short -m gpu ${CORE_GPU_TESTS-tests}; fi
-  python3 -m pytest -n "${TEST_WORKERS:-6}" -v -rf --tb=short -m gpu ${GPU_TESTS:-plugins}
+  python3 -m pytest -n "${TEST_WORKERS:-6}" -v -rf --tb=short -m gpu ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ${GPU_TESTS:-plugins}
 }
 export -f gpu_tests
 timeout "${TEST_TIMEOUT:-150}" bash -c gpu_tests 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed" | tail -40
