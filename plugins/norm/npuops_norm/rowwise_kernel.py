@@ -30,14 +30,16 @@ MAX_THREADS = 1024
 # and one resident row per SM to 64 and two: 64.5 -> 42 us. Four blocks per SM spilled (100 us).
 ELEMENTS_PER_THREAD = 32
 MIN_BLOCKS_PER_SM = 2
-# A tuning variant for blocks of 128 and 256 threads: registers budgeted for four blocks (a 128-
-# and a 64-register cap). At 64 threads or fewer four blocks leave ptxas its own limit of 255
-# (RMSNorm 4096 wide at 64 threads: 123 registers with one, two or four asked). With two asked,
-# ptxas gave LayerNorm 8192 wide 167 registers at 128 threads: three rows an SM, where RMSNorm's
-# 116 leave room for four. At 128 and 256 threads they won 26 of the 66 tunings that offered them
-# in h200-s15c-norm-6c3f221, e.g. RMSNorm 405b prefill 34.21 -> 32.77 µs (256 threads), LayerNorm
-# 70b prefill f16 19.62 -> 19.07 (128 threads), against h200-s12a.
-MORE_BLOCKS_PER_SM, MORE_BLOCKS_THREADS = 4, (128, 256)
+# Tuning variants for many rows: registers capped at 128 and at 64 a thread (as many blocks per SM
+# as that leaves room for), where that asks for more blocks than the rule. These rows are bound by
+# the bytes each SM has in flight, and registers bound the rows in flight: in ncu (h200-s15-ncu),
+# 2048 rows of 4096 took 9.0 us with 48 registers at 128 threads (L2Norm), 9.8 with 63 (RMSNorm),
+# 10.6 with 80 (LayerNorm). Four blocks (a 128-register cap at 128 threads, 64 at 256) won 29 of
+# the 68 tunings that offered them in h200-s15c-norm-6c3f221, e.g. RMSNorm 405b prefill 34.21 ->
+# 32.77 µs, LayerNorm 70b prefill f16 19.62 -> 19.07, against h200-s12a.
+REGISTER_CAPS = (128, 64)
+REGISTERS_PER_SM = 65536
+MAX_BLOCKS_PER_SM = 32
 # A handful of rows (decode) is latency-bound: shorter per-thread shares (8 elements was fastest at
 # 4096 wide, equal at 8192) and the weight loaded with the row.
 FEW_ROWS = 8
@@ -102,8 +104,8 @@ def launch_threads(hidden: int, itemsize: int, per_thread: int = ELEMENTS_PER_TH
 def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, int]]:
     """Launch configurations ``npuops run --tune`` chooses among, the rule's first: half, twice and
     four times its elements per thread (at most 64), and for many rows also no register bound,
-    registers for four blocks of 128 or 256 threads, and the per-row operands (weight, bias, gain)
-    loaded with the row instead of after its reduction."""
+    registers capped at 128 and 64 a thread, and the per-row operands (weight, bias, gain) loaded
+    with the row instead of after its reduction."""
     hidden, rows = shape[-1] * spec.segments, math.prod(shape[:-1]) // spec.segments
     grouped = spec.groups > 1 or spec.segments > 1
     share = elements_per_thread(rows)
@@ -112,7 +114,8 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         threads, padded = launch_threads(hidden, dtype.itemsize, per_thread)
         if grouped and padded != hidden:
             continue
-        more = (MORE_BLOCKS_PER_SM,) if rows > FEW_ROWS and threads in MORE_BLOCKS_THREADS else ()
+        capped = [min(REGISTERS_PER_SM // (cap * threads), MAX_BLOCKS_PER_SM) for cap in REGISTER_CAPS]
+        more = [blocks for blocks in capped if blocks > MIN_BLOCKS_PER_SM] if rows > FEW_ROWS else []
         for blocks in dict.fromkeys((min_blocks_per_sm(rows), 1, *more)):
             config = {"threads": threads, "min_blocks": blocks}
             if config not in variants:
