@@ -30,14 +30,15 @@ MAX_THREADS = 1024
 # and one resident row per SM to 64 and two: 64.5 -> 42 us. Four blocks per SM spilled (100 us).
 ELEMENTS_PER_THREAD = 32
 MIN_BLOCKS_PER_SM = 2
-# Tuning variants for many rows: registers capped at 128 and at 64 a thread (as many blocks per SM
+# Tuning variants for many rows: registers capped at 128, 96 and 64 a thread (as many blocks per SM
 # as that leaves room for), where that asks for more blocks than the rule. These rows are bound by
 # the bytes each SM has in flight, and registers bound the rows in flight: in ncu (h200-s15-ncu),
 # 2048 rows of 4096 took 9.0 us with 48 registers at 128 threads (L2Norm), 9.8 with 63 (RMSNorm),
 # 10.6 with 80 (LayerNorm). Four blocks (a 128-register cap at 128 threads, 64 at 256) won 29 of
 # the 68 tunings that offered them in h200-s15c-norm-6c3f221, e.g. RMSNorm 405b prefill 34.21 ->
-# 32.77 µs, LayerNorm 70b prefill f16 19.62 -> 19.07, against h200-s12a.
-REGISTER_CAPS = (128, 64)
+# 32.77 µs, LayerNorm 70b prefill f16 19.62 -> 19.07, against h200-s12a. ptxas keeps LayerNorm
+# 8192 wide at 128 threads within 96 without spilling (five blocks), not within 64.
+REGISTER_CAPS = (128, 96, 64)
 REGISTERS_PER_SM = 65536
 MAX_BLOCKS_PER_SM = 32
 # A handful of rows (decode) is latency-bound: shorter per-thread shares (8 elements was fastest at
@@ -104,7 +105,7 @@ def launch_threads(hidden: int, itemsize: int, per_thread: int = ELEMENTS_PER_TH
 def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, int]]:
     """Launch configurations ``npuops run --tune`` chooses among, the rule's first: half, twice and
     four times its elements per thread (at most 64), and for many rows also no register bound,
-    registers capped at 128 and 64 a thread, and the per-row operands (weight, bias, gain) loaded
+    registers capped at 128, 96 and 64 a thread, and the per-row operands (weight, bias, gain) loaded
     with the row instead of after its reduction."""
     hidden, rows = shape[-1] * spec.segments, math.prod(shape[:-1]) // spec.segments
     grouped = spec.groups > 1 or spec.segments > 1
