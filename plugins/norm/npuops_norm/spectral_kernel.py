@@ -21,7 +21,9 @@ enough (block_reduce.cluster_split). Pass 3 keeps TileLang's all-reduce: the
 one-barrier form measured 1-7% slower on the prefill rows (h200-s8a, h200-s8b against h200-s7b).
 
 Launch variants (``npuops run --tune``): threads of the per-row kernels (3, 5 and the single row),
-the single row's cluster, and row chunks of the column partials; the default comes first.
+the single row's cluster, row chunks of the column partials, and programmatic dependent launch
+(``pdl``): each of passes 2-5 may start while the pass before it finishes, passes 3 and 5 loading
+their rows of W before they wait for it (``griddepcontrol``); the default comes first.
 
 TileLang is imported when a kernel is built. (No ``from __future__ import annotations`` here:
 TileLang evaluates the prim_funcs' tensor annotations, which must see the enclosing shapes.)
@@ -71,7 +73,8 @@ def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     pairs = [(ROW_THREADS, chunks), (ROW_THREADS // 2, chunks), (ROW_THREADS * 2, chunks), (ROW_THREADS, chunks // 2)]
     if chunks * 2 * ROW_UNROLL <= rows:
         pairs.append((ROW_THREADS, chunks * 2))
-    return [{"threads": t, "row_chunks": k} for t, k in pairs]
+    variants = [{"threads": t, "row_chunks": k} for t, k in pairs]
+    return variants + [{**config, "pdl": True} for config in variants[:2]]
 
 
 def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = ROW_THREADS, cluster: int = 1):
@@ -118,7 +121,7 @@ def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = RO
     return main
 
 
-def _column_partials(rows: int, cols: int, dt: str, row_chunks: int):
+def _column_partials(rows: int, cols: int, dt: str, row_chunks: int, pdl: bool = False):
     import tilelang.language as T
 
     chunk = rows // row_chunks
@@ -136,11 +139,13 @@ def _column_partials(rows: int, cols: int, dt: str, row_chunks: int):
                         acc[c] += T.Cast(F32, W[r, bc * COLUMN_TILE + c]) * T.Cast(F32, U[r])
             for c in T.Parallel(COLUMN_TILE):
                 P[k, bc * COLUMN_TILE + c] = acc[c]
+            if pdl:
+                T.pdl_trigger()
 
     return main
 
 
-def _sum_partials(cols: int, row_chunks: int):
+def _sum_partials(cols: int, row_chunks: int, pdl: bool = False):
     import tilelang.language as T
 
     @T.prim_func
@@ -150,6 +155,8 @@ def _sum_partials(cols: int, row_chunks: int):
             t = T.alloc_fragment((SUM_TILE,), F32)
             sq = T.alloc_fragment((SUM_TILE,), F32)
             total = T.alloc_fragment((1,), F32)
+            if pdl:
+                T.pdl_sync()
             for c in T.Parallel(SUM_TILE):
                 t[c] = 0.0
             for k in T.unroll(row_chunks):
@@ -160,11 +167,13 @@ def _sum_partials(cols: int, row_chunks: int):
                 sq[c] = t[c] * t[c]
             T.reduce_sum(sq, total, dim=0)
             Squares[b] = total[0]
+            if pdl:
+                T.pdl_trigger()
 
     return main
 
 
-def _row_dots(rows: int, cols: int, dt: str, threads: int = ROW_THREADS):
+def _row_dots(rows: int, cols: int, dt: str, threads: int = ROW_THREADS, pdl: bool = False):
     import tilelang.language as T
 
     @T.prim_func
@@ -172,15 +181,25 @@ def _row_dots(rows: int, cols: int, dt: str, threads: int = ROW_THREADS):
         with T.Kernel(rows, threads=threads) as r:
             prod = T.alloc_fragment((cols,), F32)
             total = T.alloc_fragment((1,), F32)
-            for c in T.Parallel(cols):
-                prod[c] = T.Cast(F32, W[r, c]) * Tv[c]
+            if pdl:  # the row loads while the kernels before finish; t is read once they have
+                w = T.alloc_fragment((cols,), dt)
+                for c in T.Parallel(cols):
+                    w[c] = W[r, c]
+                T.pdl_sync()
+                for c in T.Parallel(cols):
+                    prod[c] = T.Cast(F32, w[c]) * Tv[c]
+            else:
+                for c in T.Parallel(cols):
+                    prod[c] = T.Cast(F32, W[r, c]) * Tv[c]
             T.reduce_sum(prod, total, dim=0)
             Z[r] = total[0]
+            if pdl:
+                T.pdl_trigger()
 
     return main
 
 
-def _finish(rows: int, cols: int, dt: str, eps: float):
+def _finish(rows: int, cols: int, dt: str, eps: float, pdl: bool = False):
     import tilelang.language as T
 
     tiles = cols // SUM_TILE
@@ -193,6 +212,8 @@ def _finish(rows: int, cols: int, dt: str, eps: float):
             z = T.alloc_fragment((rows,), F32)
             sq_z = T.alloc_fragment((rows,), F32)
             zz = T.alloc_fragment((1,), F32)
+            if pdl:
+                T.pdl_sync()
             tt[0] = 0.0
             for i in T.serial(tiles):  # a few dozen tiles: every thread sums them
                 tt[0] += Squares[i]
@@ -209,27 +230,38 @@ def _finish(rows: int, cols: int, dt: str, eps: float):
             for c in T.Parallel(cols):
                 VOut[c] = T.Cast(dt, Tv[c] * inv_nt)
             Sigma[0] = ns * ns / T.max(ns, eps)
+            if pdl:
+                T.pdl_trigger()
 
     return main
 
 
-def _scale(rows: int, cols: int, dt: str, threads: int = ROW_THREADS):
+def _scale(rows: int, cols: int, dt: str, threads: int = ROW_THREADS, pdl: bool = False):
     import tilelang.language as T
 
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), Sigma: T.Tensor((1,), F32), Out: T.Tensor((rows, cols), dt)):
         with T.Kernel(rows, threads=threads) as b:
             inv_sigma = T.alloc_var(F32)  # a variable: TileLang would inline the division per element
-            inv_sigma = 1.0 / Sigma[0]
-            for c in T.Parallel(cols):
-                Out[rows - 1 - b, c] = T.Cast(dt, T.Cast(F32, W[rows - 1 - b, c]) * inv_sigma)
+            if pdl:  # the row loads while the kernels before finish; sigma is read once they have
+                w = T.alloc_fragment((cols,), dt)
+                for c in T.Parallel(cols):
+                    w[c] = W[rows - 1 - b, c]
+                T.pdl_sync()
+                inv_sigma = 1.0 / Sigma[0]
+                for c in T.Parallel(cols):
+                    Out[rows - 1 - b, c] = T.Cast(dt, T.Cast(F32, w[c]) * inv_sigma)
+            else:
+                inv_sigma = 1.0 / Sigma[0]
+                for c in T.Parallel(cols):
+                    Out[rows - 1 - b, c] = T.Cast(dt, T.Cast(F32, W[rows - 1 - b, c]) * inv_sigma)
 
     return main
 
 
 def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float, device: torch.device,
                           threads: int | None = None, row_chunks: int | None = None,
-                          cluster: int | None = None) -> Callable:
+                          cluster: int | None = None, pdl: bool = False) -> Callable:
     """fn(weight, u, v) -> (weight / sigma, u', v'); v is not read (v' depends on W and u only).
     ``threads``, ``row_chunks`` and ``cluster``: a launch configuration from :func:`launch_variants`
     (by default its first)."""
@@ -253,9 +285,9 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
         return one_row
 
     partials, sum_partials, row_dots, finish, scale = (
-        compile_kernel(_column_partials(rows, cols, dt, row_chunks)), compile_kernel(_sum_partials(cols, row_chunks)),
-        compile_kernel(_row_dots(rows, cols, dt, threads)), compile_kernel(_finish(rows, cols, dt, eps)),
-        compile_kernel(_scale(rows, cols, dt, threads)))
+        compile_kernel(_column_partials(rows, cols, dt, row_chunks, pdl)),
+        compile_kernel(_sum_partials(cols, row_chunks, pdl)), compile_kernel(_row_dots(rows, cols, dt, threads, pdl)),
+        compile_kernel(_finish(rows, cols, dt, eps, pdl)), compile_kernel(_scale(rows, cols, dt, threads, pdl)))
 
     def power_iteration(weight, u, v):
         f32 = dict(dtype=torch.float32, device=weight.device)
@@ -271,5 +303,5 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
         return out, u_out, v_out
 
     power_iteration.config = {"kernels": 5, "threads": threads, "column_tile": COLUMN_TILE, "row_chunks": row_chunks,
-                              "row_unroll": ROW_UNROLL}
+                              "row_unroll": ROW_UNROLL, "pdl": pdl}
     return power_iteration

@@ -63,12 +63,16 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
         variants = sk.launch_variants(rows, cols)
         assert len({tuple(v.items()) for v in variants}) == len(variants) > 1
         for config in (variants[0], variants[-1]):
-            threads = config["threads"]
+            threads, pdl = config["threads"], config.get("pdl", False)
             kernels = [sk._single_row(cols, dt, 2, 1e-12, threads, config.get("cluster", 1))] if rows == 1 else [
-                sk._column_partials(rows, cols, dt, config["row_chunks"]), sk._sum_partials(cols, config["row_chunks"]),
-                sk._row_dots(rows, cols, dt, threads), sk._finish(rows, cols, dt, 1e-12), sk._scale(rows, cols, dt, threads)]
-            for prim_func in kernels:
-                assert "__global__" in compile_kernel(prim_func, arch="sm_90").get_kernel_source()
+                sk._column_partials(rows, cols, dt, config["row_chunks"], pdl),
+                sk._sum_partials(cols, config["row_chunks"], pdl), sk._row_dots(rows, cols, dt, threads, pdl),
+                sk._finish(rows, cols, dt, 1e-12, pdl), sk._scale(rows, cols, dt, threads, pdl)]
+            for position, prim_func in enumerate(kernels):
+                source = compile_kernel(prim_func, arch="sm_90").get_kernel_source()
+                assert "__global__" in source
+                # With programmatic dependent launch every pass but the first waits for the one before.
+                assert ("cudaGridDependencySynchronize" in source) == (pdl and position > 0)
 
 
 def test_spectral_norm_column_partials_cover_the_gpu_evenly():
