@@ -41,6 +41,10 @@ MIN_BLOCKS_PER_SM = 2
 REGISTER_CAPS = (128, 96, 64)
 REGISTERS_PER_SM = 65536
 MAX_BLOCKS_PER_SM = 32
+# Staged variants: the row (and a fused add's residual) copied into shared memory with cp.async,
+# so the bytes in flight are bounded by shared memory (228 KiB an SM, 1 KiB of it reserved per
+# block) rather than by the registers that would hold them.
+SHARED_PER_SM, SHARED_RESERVED_PER_BLOCK = 228 * 1024, 1024 + 256
 # A handful of rows (decode) is latency-bound: shorter per-thread shares (8 elements was fastest at
 # 4096 wide, equal at 8192) and the weight loaded with the row.
 FEW_ROWS = 8
@@ -123,6 +127,14 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
                 variants.append(config)
     if rows > FEW_ROWS and (spec.weight is not None or spec.bias or spec.modulated or spec.stat == "l2_gain"):
         variants += [{**config, "prefetch": True} for config in variants if config["min_blocks"] > 1]
+    if rows > FEW_ROWS and stageable(spec, hidden):
+        # Staged: the register variants' block counts and as many blocks as shared memory holds,
+        # where that leaves at least the smallest register cap.
+        fit = SHARED_PER_SM // (staged_bytes(spec, hidden, dtype) + SHARED_RESERVED_PER_BLOCK)
+        for threads in dict.fromkeys(c["threads"] for c in variants if hidden % c["threads"] == 0):
+            asked = {c["min_blocks"] for c in variants if c["threads"] == threads} | {fit}
+            variants += [{"threads": threads, "min_blocks": blocks, "staged": True} for blocks in sorted(asked)
+                         if 1 < blocks <= fit and blocks * threads * REGISTER_CAPS[-1] <= REGISTERS_PER_SM]
     if spec.groups == 1 and spec.segments == 1:
         variants.append({**variants[0], "tile_allreduce": True})
         if spec.stat == "meanvar":
@@ -141,6 +153,17 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
     return variants
 
 
+def stageable(spec: RowNorm, hidden: int) -> bool:
+    """Whether rows may be staged in shared memory (``rowwise_kernel(staged=True)``): plain rows,
+    one tensor each."""
+    return spec.groups == 1 and spec.segments == 1 and not spec.pair
+
+
+def staged_bytes(spec: RowNorm, hidden: int, dtype: torch.dtype) -> int:
+    """Shared memory a staged row takes (its residual's too)."""
+    return hidden * dtype.itemsize * (2 if spec.residual else 1)
+
+
 def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> str | None:
     """Why :func:`rowwise_kernel` cannot take rows of ``shape`` (None: it can). Masked padding of
     several groups at once gave wrong sums on the H200 (2x1000, 8 groups), so grouped rows must
@@ -153,7 +176,8 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
 
 def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1,
                    threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
-                   tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True) -> KernelSpec:
+                   tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True,
+                   staged: bool = False) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
@@ -162,7 +186,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     h200-s7a, slower on every decode row; 2-3% faster with one warp a group in h200-s14b);
     ``cluster`` (blocks per row, see :func:`row_cluster`) too; ``welford`` takes a plain unmasked
     row's mean and variance in one reduction (block_reduce.moments_reducer) rather than a mean then
-    a centered sum."""
+    a centered sum; ``staged`` copies a plain row (and its residual) into shared memory with cp.async
+    rather than into registers (:func:`stageable`)."""
     import tilelang.language as T
 
     segs = spec.segments
@@ -191,6 +216,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # stride.
     plain = G == 1 and not tile_allreduce
     own_reducer = plain or (not tile_allreduce and segs == 1 and reduces_groups(G, threads, padded // G))
+    if staged and (not stageable(spec, hidden) or cluster > 1 or padded != span):
+        raise ValueError(f"a staged row must be one plain unpadded row a block, got {G} groups, {segs} segments, "
+                         f"{cluster} blocks a row, {span} elements over {threads} threads")
     if cluster > 1 and (not plain or hidden % cluster or padded != span):
         raise ValueError(f"a row split over {cluster} blocks needs one group and slices the {threads} threads of a "
                          f"block share evenly, got rows {hidden} wide in {G} groups")
@@ -315,11 +343,19 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         # Only the row's raw 16-bit values stay live across the block reductions; every f32 value
         # is recomputed from them where needed. Half the registers of an f32 copy, so more rows
         # are in flight per SM (the bound on these memory-bound kernels).
-        raw = row_fragment(dt)
+        raw = T.alloc_shared((G, m), dt) if staged else row_fragment(dt)
         exchange = exchange_slots(len(slots), threads, cluster) if own_reducer else None
         stat = group_fragment()
         mean = group_fragment()
-        load_row(raw, lambda g, j: X[at(row, g, j)])
+        if staged:
+            T.async_copy(X[row, 0:m], raw[0, 0:m])
+            if spec.residual:
+                staged_residual = T.alloc_shared((G, m), dt)
+                T.async_copy(R[row, 0:m], staged_residual[0, 0:m])
+            T.ptx_wait_group(0)
+            T.sync_threads()
+        else:
+            load_row(raw, lambda g, j: X[at(row, g, j)])
         if prefetch and spec.weight is not None:
             W_row = row_fragment(dt)
             load_row(W_row, lambda g, j: W[col(g, j)])
@@ -338,7 +374,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             gain[0] = T.Cast(F32, Gain[row, 0])
         if spec.residual:
             for g, j in T.Parallel(G, m):
-                raw[g, j] = T.Cast(dt, T.Cast(F32, raw[g, j]) + T.Cast(F32, R[at(row, g, j)]))
+                raw[g, j] = T.Cast(dt, T.Cast(F32, raw[g, j]) + T.Cast(F32, staged_residual[g, j] if staged else R[at(row, g, j)]))
             for g, j in T.Parallel(G, m):
                 if not masked or j < n:
                     R[at(row, g, j)] = raw[g, j]
@@ -458,4 +494,4 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     return KernelSpec(main, tuple(params), outputs, returns,
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "rows_per_block": 1, "padded_to": padded,
                        "masked": masked, "prefetch": prefetch, "warp_reduce": own_reducer, "cluster": cluster,
-                       "welford": welford})
+                       "welford": welford, "staged": staged})

@@ -328,6 +328,47 @@ def test_many_rows_offer_registers_capped_at_128_96_and_64():
     assert "__launch_bounds__(128, 8)" in source
 
 
+def test_many_plain_rows_offer_staging_in_shared_memory():
+    """Many plain rows may be staged in shared memory (cp.async), at as many blocks per SM as
+    their shared memory fits; decode rows, groups and segments are not."""
+    from npuops_norm.rowwise_kernel import (SHARED_PER_SM, RowNorm, launch_variants, rowwise_kernel,
+                                            staged_bytes)
+
+    fused_add = RowNorm("rms", 1e-6, weight="w", residual=True)
+    staged = [v for v in launch_variants(fused_add, (2048, 16384), torch.bfloat16) if v.get("staged")]
+    assert staged and all(v["min_blocks"] * staged_bytes(fused_add, 16384, torch.bfloat16) < SHARED_PER_SM
+                          for v in staged)
+    assert {v["min_blocks"] for v in staged} == {2, 3}  # 64 KiB a row: four do not fit
+    for spec, shape in [(fused_add, (1, 16384)), (RowNorm("rms", 1e-6, groups=8), (2048, 4096))]:
+        assert not any(v.get("staged") for v in launch_variants(spec, shape, torch.bfloat16))
+    source = compile_kernel(rowwise_kernel(fused_add, (2048, 16384), torch.bfloat16, **staged[0]).prim_func,
+                            arch="sm_90").get_kernel_source()
+    assert source.count("cp_async_gs<16>") == 2  # the row's and the residual's vectors
+    with pytest.raises(ValueError, match="staged row"):
+        rowwise_kernel(RowNorm("rms", 1e-6, groups=8), (2048, 4096), torch.bfloat16, staged=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", ["LayerNormFwd", "FusedAddRMSNormFwd", "FusedAddLayerNormFwd", "RMSNormQuantFwd",
+                                     "WeightNormFwd"])
+def test_every_staged_row_passes_the_gate_on_the_gpu(op_name):
+    """Every launch variant that stages rows in shared memory, on the catalog's many-row workloads
+    and an odd shape."""
+    device = REGISTRY.device("cuda")
+    op, impl = REGISTRY.op(op_name), OURS[op_name]
+    workloads = [w for w in list(op.workloads) + [reshaped(op, op.workloads[-1], 4097, 7168)]
+                 if not impl.why_not(op, w, device)]
+    checked, failures = 0, []
+    for w in workloads:
+        for config in op.tilelang_variants(w):
+            if config.get("staged"):
+                checked += 1
+                result = check(op, w, impl.build(op, w, device.torch_device(), config=config), device, seed=17)
+                if not result.ok:
+                    failures.append(f"{w.key} {w.shapes} {config}: {result.detail}")
+    assert checked >= 8 and not failures, "\n".join(failures)
+
+
 @pytest.mark.gpu
 def test_tuning_run_checks_and_times_every_variant(tmp_path):
     from npuops.results import read_results
