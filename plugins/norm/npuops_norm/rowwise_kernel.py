@@ -34,17 +34,22 @@ MIN_BLOCKS_PER_SM = 2
 # as that leaves room for), where that asks for more blocks than the rule. These rows are bound by
 # the bytes each SM has in flight, and registers bound the rows in flight: in ncu (h200-s15-ncu),
 # 2048 rows of 4096 took 9.0 us with 48 registers at 128 threads (L2Norm), 9.8 with 63 (RMSNorm),
-# 10.6 with 80 (LayerNorm). Four blocks (a 128-register cap at 128 threads, 64 at 256) won 29 of
-# the 68 tunings that offered them in h200-s15c-norm-6c3f221, e.g. RMSNorm 405b prefill 34.21 ->
-# 32.77 µs, LayerNorm 70b prefill f16 19.62 -> 19.07, against h200-s12a. ptxas keeps LayerNorm
-# 8192 wide at 128 threads within 96 without spilling (five blocks), not within 64.
+# 10.6 with 80 (LayerNorm). Four blocks (a 128-register cap at 128 threads, 64 at 256) won 26 of
+# the 66 tunings that offered them in h200-s15c-norm-6c3f221 (RMSNorm 405b prefill 34.21 -> 32.77
+# µs against h200-s12a); the other caps' block counts (5, 8, 10, 16) won 22 of the 48 that offered
+# them in h200-s16a-norm-f17751a (RMSNorm 70b prefill 17.95 -> 17.42 at 128 threads x 8 blocks,
+# Gemma 18.26 -> 17.63, LayerNormQuant 18.82 -> 18.18 at 128 x 5). ptxas keeps LayerNorm 8192
+# wide at 128 threads within 96 without spilling (five blocks), not within 64.
 REGISTER_CAPS = (128, 96, 64)
 REGISTERS_PER_SM = 65536
 MAX_BLOCKS_PER_SM = 32
 # Staged variants: the row (and a fused add's residual) copied into shared memory with cp.async,
 # so the bytes in flight are bounded by shared memory (228 KiB an SM, 1 KiB of it reserved per
-# block) rather than by the registers that would hold them.
-SHARED_PER_SM, SHARED_RESERVED_PER_BLOCK = 228 * 1024, 1024 + 256
+# block) rather than by the registers that would hold them. They won 14 of the 56 tunings that
+# offered them in h200-s16b-staged-748fedc, most by under 2% (RMSNormQuant 405b prefill 29.63 ->
+# 28.35 µs, WeightNorm 33.44 -> 32.80); LayerNorm's rows, which they were written for, stayed
+# faster in registers (16384 wide: 37.95 against 38.34).
+SHARED_PER_SM, SHARED_RESERVED_PER_BLOCK = 228 * 1024, 1024 + 256  # the reserved KiB and the exchange slots
 # A handful of rows (decode) is latency-bound: shorter per-thread shares (8 elements was fastest at
 # 4096 wide, equal at 8192) and the weight loaded with the row.
 FEW_ROWS = 8

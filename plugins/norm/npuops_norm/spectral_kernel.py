@@ -22,8 +22,9 @@ one-barrier form measured 1-7% slower on the prefill rows (h200-s8a, h200-s8b ag
 
 Launch variants (``npuops run --tune``): threads of the per-row kernels (3, 5 and the single row),
 the single row's cluster, row chunks of the column partials, and programmatic dependent launch
-(``pdl``): each of passes 2-5 may start while the pass before it finishes, passes 3 and 5 loading
-their rows of W before they wait for it (``griddepcontrol``); the default comes first.
+(``pdl``, the default of many rows): each of passes 2-5 may start while the pass before it
+finishes, passes 3 and 5 loading their rows of W before they wait for it (``griddepcontrol``);
+the default comes first.
 
 TileLang is imported when a kernel is built. (No ``from __future__ import annotations`` here:
 TileLang evaluates the prim_funcs' tensor annotations, which must see the enclosing shapes.)
@@ -73,8 +74,10 @@ def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     pairs = [(ROW_THREADS, chunks), (ROW_THREADS // 2, chunks), (ROW_THREADS * 2, chunks), (ROW_THREADS, chunks // 2)]
     if chunks * 2 * ROW_UNROLL <= rows:
         pairs.append((ROW_THREADS, chunks * 2))
+    # Programmatic dependent launch first: it won every prefill tuning in h200-s16a-norm-f17751a
+    # (W8 27.90 -> 23.87 µs at 256 threads, W5 41.70 -> 38.14, W2 75.74 -> 72.27 at 512).
     variants = [{"threads": t, "row_chunks": k} for t, k in pairs]
-    return variants + [{**config, "pdl": True} for config in variants[:2]]
+    return [{**config, "pdl": True} for config in variants[:2]] + variants
 
 
 def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = ROW_THREADS, cluster: int = 1):
@@ -261,16 +264,17 @@ def _scale(rows: int, cols: int, dt: str, threads: int = ROW_THREADS, pdl: bool 
 
 def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float, device: torch.device,
                           threads: int | None = None, row_chunks: int | None = None,
-                          cluster: int | None = None, pdl: bool = False) -> Callable:
+                          cluster: int | None = None, pdl: bool | None = None) -> Callable:
     """fn(weight, u, v) -> (weight / sigma, u', v'); v is not read (v' depends on W and u only).
-    ``threads``, ``row_chunks`` and ``cluster``: a launch configuration from :func:`launch_variants`
+    ``threads``, ``row_chunks``, ``cluster`` and ``pdl``: a launch configuration from :func:`launch_variants`
     (by default its first)."""
     rows, cols = shape
     dt = tilelang_dtype(dtype)
     if threads is None:  # the first launch variant's
         default = launch_variants(rows, cols)[0]
         threads, cluster = default["threads"], default.get("cluster", 1)
-    cluster = cluster or 1
+        pdl = default.get("pdl", False) if pdl is None else pdl
+    cluster, pdl = cluster or 1, bool(pdl)
     row_chunks = row_chunks or default_row_chunks(rows, cols)
     if rows == 1:
         kernel = compile_kernel(_single_row(cols, dt, dtype.itemsize, eps, threads, cluster))

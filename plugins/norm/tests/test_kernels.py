@@ -62,6 +62,7 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
         cols, dt = 8192, "bfloat16"
         variants = sk.launch_variants(rows, cols)
         assert len({tuple(v.items()) for v in variants}) == len(variants) > 1
+        assert variants[0].get("pdl", False) == (rows > 1)  # many rows: programmatic dependent launch by default
         for config in (variants[0], variants[-1]):
             threads, pdl = config["threads"], config.get("pdl", False)
             kernels = [sk._single_row(cols, dt, 2, 1e-12, threads, config.get("cluster", 1))] if rows == 1 else [
