@@ -45,8 +45,8 @@ COLUMN_PARTIAL_BLOCKS = 256  # about two blocks per SM
 ROW_UNROLL = 8  # rows of W each column-partial thread has in flight (one 16-byte load each)
 SUM_TILE = 256  # columns per block summing the partials (64 threads x 4)
 THREADS = 1024  # threads of the one-block kernels
-ROW_THREADS = 512  # the default of the per-row kernels and the single row (fastest of 256-1024 on most
-#                    catalog workloads in h200-s7a; 256 on 4096 columns)
+ROW_THREADS = 512  # the single row's default, and the per-row kernels' without pdl (fastest of 256-1024 on
+#                    most catalog workloads in h200-s7a; 256 on 4096 columns); with pdl, half that
 
 
 def unsupported(rows: int, cols: int) -> str | None:
@@ -74,10 +74,11 @@ def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     pairs = [(ROW_THREADS, chunks), (ROW_THREADS // 2, chunks), (ROW_THREADS * 2, chunks), (ROW_THREADS, chunks // 2)]
     if chunks * 2 * ROW_UNROLL <= rows:
         pairs.append((ROW_THREADS, chunks * 2))
-    # Programmatic dependent launch first: it won every prefill tuning in h200-s16a-norm-f17751a
-    # (W8 27.90 -> 23.87 µs at 256 threads, W5 41.70 -> 38.14, W2 75.74 -> 72.27 at 512).
+    # Programmatic dependent launch first, at half the threads: it won every prefill tuning in
+    # h200-s16a-norm-f17751a (W8 27.90 -> 23.87 µs, W5 41.70 -> 38.14 at 256 threads; W2 75.74 ->
+    # 72.27 at 256 and 512 alike), 256 threads all but W3 (71.95 at 512 against 72.16).
     variants = [{"threads": t, "row_chunks": k} for t, k in pairs]
-    return [{**config, "pdl": True} for config in variants[:2]] + variants
+    return [{**config, "pdl": True} for config in (variants[1], variants[0])] + variants
 
 
 def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = ROW_THREADS, cluster: int = 1):
