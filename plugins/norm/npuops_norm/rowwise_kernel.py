@@ -114,8 +114,8 @@ def launch_threads(hidden: int, itemsize: int, per_thread: int = ELEMENTS_PER_TH
 def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, int]]:
     """Launch configurations ``npuops run --tune`` chooses among, the rule's first: half, twice and
     four times its elements per thread (at most 64), and for many rows also no register bound,
-    registers capped at 128, 96 and 64 a thread, and the per-row operands (weight, bias, gain) loaded
-    with the row instead of after its reduction."""
+    registers capped at 128, 96 and 64 a thread, the per-row operands (weight, bias, gain) loaded
+    with the row instead of after its reduction, and plain rows staged in shared memory."""
     hidden, rows = shape[-1] * spec.segments, math.prod(shape[:-1]) // spec.segments
     grouped = spec.groups > 1 or spec.segments > 1
     share = elements_per_thread(rows)
@@ -132,7 +132,7 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
                 variants.append(config)
     if rows > FEW_ROWS and (spec.weight is not None or spec.bias or spec.modulated or spec.stat == "l2_gain"):
         variants += [{**config, "prefetch": True} for config in variants if config["min_blocks"] > 1]
-    if rows > FEW_ROWS and stageable(spec, hidden):
+    if rows > FEW_ROWS and stageable(spec):
         # Staged: the register variants' block counts and as many blocks as shared memory holds,
         # where that leaves at least the smallest register cap.
         fit = SHARED_PER_SM // (staged_bytes(spec, hidden, dtype) + SHARED_RESERVED_PER_BLOCK)
@@ -158,7 +158,7 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
     return variants
 
 
-def stageable(spec: RowNorm, hidden: int) -> bool:
+def stageable(spec: RowNorm) -> bool:
     """Whether rows may be staged in shared memory (``rowwise_kernel(staged=True)``): plain rows,
     one tensor each."""
     return spec.groups == 1 and spec.segments == 1 and not spec.pair
@@ -221,7 +221,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # stride.
     plain = G == 1 and not tile_allreduce
     own_reducer = plain or (not tile_allreduce and segs == 1 and reduces_groups(G, threads, padded // G))
-    if staged and (not stageable(spec, hidden) or cluster > 1 or padded != span):
+    if staged and (not stageable(spec) or cluster > 1 or padded != span):
         raise ValueError(f"a staged row must be one plain unpadded row a block, got {G} groups, {segs} segments, "
                          f"{cluster} blocks a row, {span} elements over {threads} threads")
     if cluster > 1 and (not plain or hidden % cluster or padded != span):
