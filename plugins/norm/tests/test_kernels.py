@@ -205,15 +205,16 @@ def test_non_contiguous_input_is_rejected():
 
 @pytest.mark.parametrize("rows,hidden,threads,cluster", [(2048, 16384, 512, 1), (2048, 4096, 128, 1), (1, 4096, 512, 1),
                                                           (1, 8192, 128, 4), (1, 16384, 128, 8), (3, 12288, 128, 6),
-                                                          (1, 32768, 256, 8), (1, 7168, 128, 1), (16, 16384, 512, 1)])
+                                                          (1, 32768, 256, 8), (1, 7168, 128, 1), (16, 16384, 512, 1),
+                                                          (64, 32768, 1024, 1), (133, 4096, 128, 1)])
 def test_launch_rule(rows, hidden, threads, cluster):
-    """Many rows: ~32 elements per thread, registers for two blocks per SM; a few (decode): ~8 per
-    thread, registers unbounded, and a row 4 to 8 slices of 2048 wide split over a cluster of
-    blocks, 16 elements per thread."""
+    """Many rows: ~32 elements per thread, registers for two blocks per SM where the rows outnumber
+    the SMs; a few (decode): ~8 per thread, registers unbounded, and a row 4 to 8 slices of 2048
+    wide split over a cluster of blocks, 16 elements per thread."""
     from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
 
     config = rowwise_kernel(RowNorm("rms", 1e-6, weight="w"), (rows, hidden), torch.bfloat16).config
-    assert config["threads"] == threads and config["min_blocks_per_sm"] == (2 if rows > 8 else 1)
+    assert config["threads"] == threads and config["min_blocks_per_sm"] == (2 if rows > 132 else 1)
     assert config["cluster"] == cluster
 
 
