@@ -118,20 +118,27 @@ def test_each_window_kind_takes_its_kernel():
     # Planes too large to stage in shared memory take the window kernel, as adaptive windows do.
     assert kernel_of("AdaptiveAvgPool2dFwd", (1, 2, 56, 56), output_size=[1, 1])["kernel"] == "window"
     assert kernel_of("AdaptiveMaxPool2dFwd", (1, 2, 56, 56), output_size=[7, 7])["kernel"] == "window"
-    # 1-d and non-overlapping sliding windows take the rows kernel, overlapping 2-d/3-d ones a
-    # thread per output, with the rows kernel as variants: its tiles hold whole short output rows,
-    # and long ones split into tiles of whole 16-byte vectors.
+    # Sliding windows take the vectors kernel first; after it, 1-d and non-overlapping windows the
+    # rows kernel, overlapping 2-d/3-d ones a thread per output, with the rows kernel as variants:
+    # its tiles hold whole short output rows, and long ones split into tiles of whole 16-byte vectors.
+    def second_kernel(op_name, shape, **params):
+        return REGISTRY.op(op_name).tilelang_variants(make_workload(op_name, shape, "f32", **params))[1]["kernel"]
+
     stem_shape, stem_params = (1, 2, 112, 112), dict(kernel_size=3, stride=2, padding=1)
-    assert kernel_of("MaxPool2dFwd", stem_shape, **stem_params)["kernel"] == "window"
-    assert kernel_of("MaxPool2dFwd", stem_shape, kernel_size=2, stride=2)["kernel"] == "rows"
-    assert kernel_of("MaxPool3dFwd", (1, 2, 8, 16, 16), kernel_size=[1, 2, 2], stride=[1, 2, 2])["kernel"] == "rows"
+    assert kernel_of("MaxPool2dFwd", stem_shape, **stem_params)["kernel"] == "vectors"
+    assert second_kernel("MaxPool2dFwd", stem_shape, **stem_params) == "window"
+    assert second_kernel("MaxPool2dFwd", stem_shape, kernel_size=2, stride=2) == "rows"
+    assert second_kernel("MaxPool3dFwd", (1, 2, 8, 16, 16), kernel_size=[1, 2, 2], stride=[1, 2, 2]) == "rows"
     op = REGISTRY.op("MaxPool2dFwd")
     w = make_workload("MaxPool2dFwd", stem_shape, "f32", **stem_params)
     tile = next(v for v in op.tilelang_variants(w) if v["kernel"] == "rows")
     stem = pool_kernel(op.pooling(w), w.shapes["input"], torch.float32, **tile).config
     assert (stem["cols"], stem["rows"], stem["vector"]) == (56, 14, 4)
-    long = kernel_of("AvgPool1dFwd", (1, 2, 32000), kernel_size=5, stride=4, padding=2)
-    assert (long["kernel"], long["rows"], long["cols"], long["vector"]) == ("rows", 1, 1000, 4)
+    op = REGISTRY.op("AvgPool1dFwd")
+    w = make_workload("AvgPool1dFwd", (1, 2, 32000), "f32", kernel_size=5, stride=4, padding=2)
+    tile = next(v for v in op.tilelang_variants(w) if v["kernel"] == "rows")
+    long = pool_kernel(op.pooling(w), w.shapes["input"], torch.float32, **tile).config
+    assert (long["rows"], long["cols"], long["vector"]) == (1, 1000, 4)
 
 
 def test_strips_are_offered_for_windows_that_tile_the_input_only():
@@ -312,11 +319,12 @@ def test_every_lanes_variant_passes_the_gate_on_the_gpu():
 
 def test_side_by_side_1d_windows_take_two_outputs_a_thread_first():
     """sincnet's 3-wide, stride-3 windows: the window kernel with two outputs a thread leads;
-    overlapping 1-d windows keep the rows kernel first and try the paired kernel last."""
+    overlapping 1-d windows keep the vectors and then the rows kernel first and try the paired
+    kernel last."""
     op = REGISTRY.op("MaxPool1dFwd")
     side_by_side, overlapping = op.tilelang_variants(op.workload("W2")), op.tilelang_variants(op.workload("W1"))
     assert side_by_side[0] == {"kernel": "window", "threads": 256, "predicated": True, "outputs": 2}
-    assert overlapping[0]["kernel"] == "rows" and overlapping[-1].get("outputs") == 2
+    assert [v["kernel"] for v in overlapping[:2]] == ["vectors", "rows"] and overlapping[-1].get("outputs") == 2
     two_d = REGISTRY.op("MaxPool2dFwd")
     assert not any(v.get("outputs") == 2 and v["kernel"] == "window" for w in two_d.workloads
                    for v in two_d.tilelang_variants(w))
