@@ -18,17 +18,20 @@ import sys
 
 import torch
 
-HOLD_CYCLES = 200_000  # the GPU is held while each call is queued, as the protocol does
 IGNORED_KERNELS = ("sleep", "spin", "elementwise", "reduce_kernel", "Memset")  # the hold and the flush
 
 
 def kernel_times(call, device, iterations: int = 20) -> dict:
-    """Median span and per-kernel times (µs) of ``call`` over ``iterations`` flushed, held calls."""
+    """Median span and per-kernel times (µs) of ``call`` over ``iterations`` flushed calls, the
+    device held before each as long as the timing protocol holds it."""
+    from npuops.timing import hold_seconds, warm_up
+
+    hold_s = hold_seconds(warm_up(call, device, 0.5))
     flush = device.cache_flusher()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
         for _ in range(iterations):
             flush()
-            torch.cuda._sleep(HOLD_CYCLES)
+            device.hold(hold_s)
             call()
         torch.cuda.synchronize()
     events = sorted((e for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA),

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from .workload import Workload
 
 MIN_CAPABILITY = (8, 0)
+# The SMs of the GPU the launch rules were measured on (the H200): kernels size grids and waves by it.
+H200_SMS = 132
 TILELANG_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32",
                    torch.int8: "int8", torch.int32: "int32", torch.float8_e4m3fn: "float8_e4m3"}
 

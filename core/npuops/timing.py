@@ -84,6 +84,12 @@ def warm_up(call: Callable[[], Any], device: Device, budget_s: float) -> float:
     return host
 
 
+def hold_seconds(host_s: float, options: TimingOptions = TimingOptions()) -> float:
+    """How long to hold the device before each timed call whose host time is ``host_s``: long
+    enough that the host has queued the whole call before the device reaches it."""
+    return max(options.hold_min_s, 2 * host_s + 20e-6)
+
+
 def measure(
     call: Callable[[], Any],
     device: Device,
@@ -101,7 +107,7 @@ def measure(
         call = device.capture_graph(call)
         host_s = warm_up(call, device, options.warmup_s)
     flush = device.cache_flusher()
-    hold_s = max(options.hold_min_s, 2 * host_s + 20e-6)
+    hold_s = hold_seconds(host_s, options)
     held = device.hold(0)  # probes whether this device can be held at all
 
     # Enough iterations per batch to amortize a synchronize, but small enough to stop early.

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops.kernels import VECTOR_BYTES, KernelSpec, tilelang_dtype
+from npuops.kernels import H200_SMS, VECTOR_BYTES, KernelSpec, tilelang_dtype
 
 from .block_reduce import (block_reducer, cluster_kernel, cluster_split, exchange_slots, group_major, group_values,
                            moments_reducer, reduces_groups)
@@ -54,10 +54,10 @@ SHARED_PER_SM, SHARED_RESERVED_PER_BLOCK = 228 * 1024, 1024 + 256  # the reserve
 # 4096 wide, equal at 8192) and the weight loaded with the row.
 FEW_ROWS = 8
 FEW_ROWS_ELEMENTS_PER_THREAD = 8
-# Rows that fit one block an SM (the H200's 132 SMs) gain nothing from budgeting registers for
-# two: 64 rows of 32768 (L1Norm, 1024 threads) took 9.84 µs so and 6.69 with registers unbounded
+# Rows that fit one block an SM gain nothing from budgeting registers for two: 64 rows of 32768
+# (L1Norm, 1024 threads) took 9.84 µs so and 6.69 with registers unbounded
 # (h200-s16b-staged-748fedc's tuning; L2Norm 9.44 against 6.66).
-ONE_WAVE_ROWS = 132
+ONE_WAVE_ROWS = H200_SMS
 
 
 def elements_per_thread(rows: int) -> int:

@@ -138,6 +138,24 @@ def test_kernel_passes_the_gate_on_every_workload_and_odd_shapes(op_name):
     assert not failures, "\n".join(failures)
 
 
+def gate_variants(op_name, shapes, chosen, seed):
+    """(variants checked, failures): the gate on every launch variant ``chosen`` picks, over the
+    op's catalog workloads and its last one reshaped to each (rows, hidden) of ``shapes``."""
+    device = REGISTRY.device("cuda")
+    op, impl = REGISTRY.op(op_name), OURS[op_name]
+    workloads = [w for w in list(op.workloads) + [reshaped(op, op.workloads[-1], r, h) for r, h in shapes]
+                 if not impl.why_not(op, w, device)]
+    checked, failures = 0, []
+    for w in workloads:
+        for config in op.tilelang_variants(w):
+            if chosen(config):
+                checked += 1
+                result = check(op, w, impl.build(op, w, device.torch_device(), config=config), device, seed=seed)
+                if not result.ok:
+                    failures.append(f"{w.key} {w.shapes} {config}: {result.detail}")
+    return checked, failures
+
+
 CLUSTER_SHAPES = [(1, 12288), (3, 16384), (2, 32768)]  # 6 blocks of a row; several rows; 4096 per block
 
 
@@ -145,19 +163,8 @@ CLUSTER_SHAPES = [(1, 12288), (3, 16384), (2, 32768)]  # 6 blocks of a row; seve
 @pytest.mark.parametrize("op_name", sorted(EXPECTED - {"GroupRMSNormFwd"}))
 def test_every_cluster_split_passes_the_gate_on_the_gpu(op_name):
     """Every launch variant that splits rows over a cluster, on the catalog's decode rows and others."""
-    device = REGISTRY.device("cuda")
-    op, impl = REGISTRY.op(op_name), OURS[op_name]
     shapes = CLUSTER_SHAPES if op_name != "SpectralNormPowerIterFwd" else [(1, 12288), (1, 32768)]
-    workloads = [w for w in list(op.workloads) + [reshaped(op, op.workloads[-1], r, h) for r, h in shapes]
-                 if not impl.why_not(op, w, device)]
-    checked, failures = 0, []
-    for w in workloads:
-        for config in op.tilelang_variants(w):
-            if config.get("cluster", 1) > 1:
-                checked += 1
-                result = check(op, w, impl.build(op, w, device.torch_device(), config=config), device, seed=13)
-                if not result.ok:
-                    failures.append(f"{w.key} {w.shapes} {config}: {result.detail}")
+    checked, failures = gate_variants(op_name, shapes, lambda config: config.get("cluster", 1) > 1, seed=13)
     assert checked >= 2 * len(shapes) and not failures, "\n".join(failures)
 
 
@@ -356,18 +363,7 @@ def test_many_plain_rows_offer_staging_in_shared_memory():
 def test_every_staged_row_passes_the_gate_on_the_gpu(op_name):
     """Every launch variant that stages rows in shared memory, on the catalog's many-row workloads
     and an odd shape."""
-    device = REGISTRY.device("cuda")
-    op, impl = REGISTRY.op(op_name), OURS[op_name]
-    workloads = [w for w in list(op.workloads) + [reshaped(op, op.workloads[-1], 4097, 7168)]
-                 if not impl.why_not(op, w, device)]
-    checked, failures = 0, []
-    for w in workloads:
-        for config in op.tilelang_variants(w):
-            if config.get("staged"):
-                checked += 1
-                result = check(op, w, impl.build(op, w, device.torch_device(), config=config), device, seed=17)
-                if not result.ok:
-                    failures.append(f"{w.key} {w.shapes} {config}: {result.detail}")
+    checked, failures = gate_variants(op_name, [(4097, 7168)], lambda config: config.get("staged"), seed=17)
     assert checked >= 8 and not failures, "\n".join(failures)
 
 

@@ -38,7 +38,7 @@ annotations, which must see the shapes.)
 """
 
 import torch
-from npuops.kernels import KernelSpec
+from npuops.kernels import H200_SMS, KernelSpec
 
 THREADS = 256
 VECTOR = 16  # keys each thread loads per step (four 16-byte loads)
@@ -47,7 +47,6 @@ SAMPLE_DIGIT = (20, 12)  # fine enough that the floor's bin adds few keys beyond
 BINS = 1 << SAMPLE_DIGIT[1]
 CANDIDATES = 4096  # listed keys at most (position and key: 32 KB of shared memory)
 SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over the row
-H200_SMS = 132  # the default grid: as many blocks as the H200 holds at once
 BLOCKS_PER_SM = 5
 # The default launch, the fastest measured on the H200 (h200-s6b-topk-d589191: 1.83 / 2.07 ms
 # tuned): 256 threads, the compiler held to five blocks per SM (a 4096-key list, 34 KB of shared
