@@ -58,15 +58,40 @@ FEW_ROWS_ELEMENTS_PER_THREAD = 8
 # (L1Norm, 1024 threads) took 9.84 µs so and 6.69 with registers unbounded
 # (h200-s16b-staged-748fedc's tuning; L2Norm 9.44 against 6.66).
 ONE_WAVE_ROWS = H200_SMS
+# Many wide rows: twice the share per thread (16384 wide, and LayerNorm-kind rows 8192 wide), with
+# four blocks an SM where ptxas holds that without spilling: at 128 threads (128 registers) and for
+# light rows (64 registers at 256 threads). Read off h200-s16b-staged-748fedc's tunings, where this
+# beat 32 elements x two blocks on most such rows: RMSNorm 2048 x 16384 bf16 36.30 -> 32.74 µs
+# (256 x 4), LayerNorm 2048 x 8192 f16 22.88 -> 19.10 (128 x 4), LayerNormQuant 22.13 -> 17.12.
+# Heavier rows at 256 threads x 4 spilled (LayerNorm 16384 wide: 93 µs; GroupRMS f16 39.9 against
+# 33.3 at two blocks); the other kinds 8192 wide were as fast or faster at 256 threads
+# (RMSNormQuant 15.71 against 16.29 at 128).
+WIDE_ROW, MEANVAR_WIDE_ROW = 16384, 8192
+WIDE_ROW_ELEMENTS_PER_THREAD = 64
+WIDE_ROW_BLOCKS_PER_SM = 4
 
 
-def elements_per_thread(rows: int) -> int:
-    return FEW_ROWS_ELEMENTS_PER_THREAD if rows <= FEW_ROWS else ELEMENTS_PER_THREAD
+def elements_per_thread(spec: RowNorm, rows: int, hidden: int) -> int:
+    if rows <= FEW_ROWS:
+        return FEW_ROWS_ELEMENTS_PER_THREAD
+    wide = hidden >= (MEANVAR_WIDE_ROW if spec.stat == "meanvar" else WIDE_ROW)
+    return WIDE_ROW_ELEMENTS_PER_THREAD if rows > ONE_WAVE_ROWS and wide else ELEMENTS_PER_THREAD
 
 
-def min_blocks_per_sm(rows: int) -> int:
+def light(spec: RowNorm) -> bool:
+    """Rows whose kernel holds little beside the row: one statistic of a plain row, no residual, no
+    epilogue."""
+    return (spec.stat in ("rms", "l2", "l1") and spec.groups == 1 and spec.segments == 1 and not spec.residual
+            and spec.quant_min_scale is None and not spec.pair and not spec.modulated)
+
+
+def min_blocks_per_sm(spec: RowNorm, rows: int, hidden: int, threads: int) -> int:
     """Blocks per SM to budget registers for: only rows beyond one block an SM share one."""
-    return 1 if rows <= ONE_WAVE_ROWS else MIN_BLOCKS_PER_SM
+    if rows <= ONE_WAVE_ROWS:
+        return 1
+    if elements_per_thread(spec, rows, hidden) == WIDE_ROW_ELEMENTS_PER_THREAD and (threads <= 128 or light(spec)):
+        return WIDE_ROW_BLOCKS_PER_SM
+    return MIN_BLOCKS_PER_SM
 
 
 @dataclass(frozen=True)
@@ -122,15 +147,17 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
     with the row instead of after its reduction, and plain rows staged in shared memory."""
     hidden, rows = shape[-1] * spec.segments, math.prod(shape[:-1]) // spec.segments
     grouped = spec.groups > 1 or spec.segments > 1
-    share = elements_per_thread(rows)
+    base = FEW_ROWS_ELEMENTS_PER_THREAD if rows <= FEW_ROWS else ELEMENTS_PER_THREAD
+    shares = (elements_per_thread(spec, rows, hidden), base, base // 2, *(m * base for m in (2, 4) if m * base <= 64))
+    two_blocks = [MIN_BLOCKS_PER_SM] if rows > ONE_WAVE_ROWS else []
     variants = []
-    for per_thread in (share, share // 2, *(m * share for m in (2, 4) if m * share <= 64)):
+    for per_thread in dict.fromkeys(shares):
         threads, padded = launch_threads(hidden, dtype.itemsize, per_thread)
         if grouped and padded != hidden:
             continue
         capped = [min(REGISTERS_PER_SM // (cap * threads), MAX_BLOCKS_PER_SM) for cap in REGISTER_CAPS]
         more = [blocks for blocks in capped if blocks > MIN_BLOCKS_PER_SM] if rows > FEW_ROWS else []
-        for blocks in dict.fromkeys((min_blocks_per_sm(rows), 1, *more)):
+        for blocks in dict.fromkeys((min_blocks_per_sm(spec, rows, hidden, threads), *two_blocks, 1, *more)):
             config = {"threads": threads, "min_blocks": blocks}
             if config not in variants:
                 variants.append(config)
@@ -178,7 +205,7 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
     several groups at once gave wrong sums on the H200 (2x1000, 8 groups), so grouped rows must
     split evenly over the threads."""
     hidden, rows = shape[-1], math.prod(shape[:-1]) // spec.segments
-    if spec.groups > 1 and launch_threads(hidden, dtype.itemsize, elements_per_thread(rows))[1] != hidden:
+    if spec.groups > 1 and launch_threads(hidden, dtype.itemsize, elements_per_thread(spec, rows, hidden))[1] != hidden:
         return f"the grouped row kernel needs a hidden size divisible by 32, got {hidden}"
     return None
 
@@ -210,11 +237,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         cluster, threads = split or (1, threads)
     span = hidden * segs // cluster  # elements of a row one block holds
     if threads is None:
-        threads, padded = launch_threads(span, dtype.itemsize, elements_per_thread(rows))
+        threads, padded = launch_threads(span, dtype.itemsize, elements_per_thread(spec, rows, span))
     else:
         padded = -(-span // threads) * threads
     if min_blocks is None:
-        min_blocks = min_blocks_per_sm(rows)
+        min_blocks = min_blocks_per_sm(spec, rows, span, threads)
     if segs > 1:
         padded = hidden * segs
     if padded != span and G > 1:

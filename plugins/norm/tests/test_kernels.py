@@ -11,6 +11,7 @@ import torch
 from npuops.check import check
 from npuops.kernels import compile_kernel
 from npuops.registry import load_registry
+from npuops_norm.rowwise_kernel import RowNorm
 
 tilelang = pytest.importorskip("tilelang")
 
@@ -36,6 +37,9 @@ def test_every_row_norm_has_a_kernel():
 
 
 ROW_KERNEL_OPS = sorted(EXPECTED - {"SpectralNormPowerIterFwd"})
+RMS = RowNorm("rms", 1e-6, weight="w")
+FUSED_ADD_RMS = RowNorm("rms", 1e-6, weight="w", residual=True)
+LAYER_NORM = RowNorm("meanvar", 1e-5, weight="w", bias=True)
 
 
 def row_spec(op, w):
@@ -210,19 +214,22 @@ def test_non_contiguous_input_is_rejected():
         fn(x=x, weight=torch.ones(4096, device="cuda", dtype=torch.bfloat16))
 
 
-@pytest.mark.parametrize("rows,hidden,threads,cluster", [(2048, 16384, 512, 1), (2048, 4096, 128, 1), (1, 4096, 512, 1),
-                                                          (1, 8192, 128, 4), (1, 16384, 128, 8), (3, 12288, 128, 6),
-                                                          (1, 32768, 256, 8), (1, 7168, 128, 1), (16, 16384, 512, 1),
-                                                          (64, 32768, 1024, 1), (133, 4096, 128, 1)])
-def test_launch_rule(rows, hidden, threads, cluster):
+@pytest.mark.parametrize("spec,rows,hidden,threads,blocks,cluster", [
+    (RMS, 2048, 4096, 128, 2, 1), (RMS, 1, 4096, 512, 1, 1), (RMS, 1, 8192, 128, 1, 4), (RMS, 1, 16384, 128, 1, 8),
+    (RMS, 3, 12288, 128, 1, 6), (RMS, 1, 32768, 256, 1, 8), (RMS, 1, 7168, 128, 1, 1), (RMS, 16, 16384, 512, 1, 1),
+    (RMS, 64, 32768, 1024, 1, 1), (RMS, 133, 4096, 128, 2, 1), (RMS, 2048, 8192, 256, 2, 1),
+    (RMS, 2048, 16384, 256, 4, 1), (FUSED_ADD_RMS, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 8192, 128, 4, 1),
+    (LAYER_NORM, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 4096, 128, 2, 1)])
+def test_launch_rule(spec, rows, hidden, threads, blocks, cluster):
     """Many rows: ~32 elements per thread, registers for two blocks per SM where the rows outnumber
-    the SMs; a few (decode): ~8 per thread, registers unbounded, and a row 4 to 8 slices of 2048
-    wide split over a cluster of blocks, 16 elements per thread."""
-    from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
+    the SMs, and 64 a thread on rows 16384 wide (LayerNorm's 8192), with four blocks where that
+    stays within 128 registers or the row is light; a few (decode): ~8 per thread, registers
+    unbounded, and a row 4 to 8 slices of 2048 wide split over a cluster of blocks, 16 elements per
+    thread."""
+    from npuops_norm.rowwise_kernel import rowwise_kernel
 
-    config = rowwise_kernel(RowNorm("rms", 1e-6, weight="w"), (rows, hidden), torch.bfloat16).config
-    assert config["threads"] == threads and config["min_blocks_per_sm"] == (2 if rows > 132 else 1)
-    assert config["cluster"] == cluster
+    config = rowwise_kernel(spec, (rows, hidden), torch.bfloat16).config
+    assert (config["threads"], config["min_blocks_per_sm"], config["cluster"]) == (threads, blocks, cluster)
 
 
 @pytest.mark.parametrize("stat,values", [("rms", 1), ("meanvar", 2)])
