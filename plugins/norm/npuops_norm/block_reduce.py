@@ -111,19 +111,19 @@ def exchange_slots(slots: int, threads: int, cluster: int = 1):
     return T.alloc_shared((slots, 2, max(threads // WARP, cluster)), F32)
 
 
-def cluster_kernel(blocks: int, cluster: int, threads: int, *more_blocks: int):
+def cluster_kernel(blocks: int, cluster: int, threads: int, *more_blocks: int, prelude: str = ""):
     """The launch frame ``T.Kernel(blocks, *more_blocks)``, or with ``cluster`` > 1 a launch in
     clusters of that many consecutive blocks along x. A cluster kernel's body starts with
     ``T.cluster_arrive_relaxed()`` and calls ``T.cluster_wait()`` once before its first cluster
     reduction (:func:`block_reducer`): every block of the cluster has then started, and its shared
     memory may be written. (A frame, not a context manager of ours: TileLang's builder must see
-    the ``with`` itself.)"""
+    the ``with`` itself.) ``prelude``: device code the kernel's source starts with."""
     import tilelang.language as T
 
     if cluster == 1:
-        return T.Kernel(blocks, *more_blocks, threads=threads)
+        return T.Kernel(blocks, *more_blocks, threads=threads, prelude=prelude or None)
     return T.ClusterKernel(blocks, *more_blocks, threads=threads, cluster_dims=(cluster, 1, 1),
-                           prelude=STORE_TO_CLUSTER_RANK)
+                           prelude=STORE_TO_CLUSTER_RANK + prelude)
 
 
 def cluster_sharer(threads: int, cluster: int):

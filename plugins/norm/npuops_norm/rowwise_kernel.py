@@ -19,9 +19,11 @@ import torch
 from npuops.kernels import H200_SMS, VECTOR_BYTES, KernelSpec, tilelang_dtype
 
 from .block_reduce import (block_reducer, cluster_kernel, cluster_split, exchange_slots, group_major, group_values,
-                           moments_reducer, reduces_groups)
+                           moments_reducer, reduces_groups, vector_elements)
 
 F32 = "float32"
+# A kernel prelude: a fence for the compiler alone (no instruction), which memory accesses do not cross.
+COMPILER_FENCE = 'static __device__ __forceinline__ void npuops_compiler_fence() { asm volatile("" ::: "memory"); }\n'
 ROUNDING_MAGIC = 12582912.0  # 1.5 * 2^23: x + it rounds x (|x| < 2^22) to an integer, half to even
 MAX_THREADS = 1024
 # Launch rule read off a sweep on the H200 (benchmarks/h200-row-kernel-sweep.jsonl.gz): about 32
@@ -89,7 +91,8 @@ def min_blocks_per_sm(spec: RowNorm, rows: int, hidden: int, threads: int) -> in
     """Blocks per SM to budget registers for: only rows beyond one block an SM share one."""
     if rows <= ONE_WAVE_ROWS:
         return 1
-    if elements_per_thread(spec, rows, hidden) == WIDE_ROW_ELEMENTS_PER_THREAD and (threads <= 128 or light(spec)):
+    wide_share = elements_per_thread(spec, rows, hidden) == WIDE_ROW_ELEMENTS_PER_THREAD <= hidden // threads
+    if wide_share and (threads <= 128 or light(spec)):
         return WIDE_ROW_BLOCKS_PER_SM
     return MIN_BLOCKS_PER_SM
 
@@ -144,7 +147,8 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
     """Launch configurations ``npuops run --tune`` chooses among, the rule's first: half, twice and
     four times its elements per thread (at most 64), and for many rows also no register bound,
     registers capped at 128, 96 and 64 a thread, the per-row operands (weight, bias, gain) loaded
-    with the row instead of after its reduction, and plain rows staged in shared memory."""
+    with the row instead of after its reduction, outputs stored a vector at a time (fewer registers),
+    and plain rows staged in shared memory."""
     hidden, rows = shape[-1] * spec.segments, math.prod(shape[:-1]) // spec.segments
     grouped = spec.groups > 1 or spec.segments > 1
     base = FEW_ROWS_ELEMENTS_PER_THREAD if rows <= FEW_ROWS else ELEMENTS_PER_THREAD
@@ -163,6 +167,9 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
                 variants.append(config)
     if rows > FEW_ROWS and (spec.weight is not None or spec.bias or spec.modulated or spec.stat == "l2_gain"):
         variants += [{**config, "prefetch": True} for config in variants if config["min_blocks"] > 1]
+    if rows > FEW_ROWS and chunkable(spec):
+        variants += [{**config, "chunked": True} for config in variants
+                     if config["min_blocks"] > 1 and not config.get("prefetch") and hidden % config["threads"] == 0]
     if rows > FEW_ROWS and stageable(spec):
         # Staged: the register variants' block counts and as many blocks as shared memory holds,
         # where that leaves at least the smallest register cap.
@@ -195,6 +202,13 @@ def stageable(spec: RowNorm) -> bool:
     return spec.groups == 1 and spec.segments == 1 and not spec.pair
 
 
+def chunkable(spec: RowNorm) -> bool:
+    """Whether a row's output may be formed and stored a vector at a time (``rowwise_kernel(chunked=True)``):
+    plain rows with per-column operands to load, no int8 epilogue."""
+    return (spec.groups == 1 and spec.segments == 1 and not spec.pair and spec.quant_min_scale is None
+            and (spec.weight is not None or spec.bias or spec.modulated))
+
+
 def staged_bytes(spec: RowNorm, hidden: int, dtype: torch.dtype) -> int:
     """Shared memory a staged row takes (its residual's too)."""
     return hidden * dtype.itemsize * (2 if spec.residual else 1)
@@ -213,7 +227,7 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
 def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1,
                    threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
                    tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True,
-                   staged: bool = False) -> KernelSpec:
+                   staged: bool = False, chunked: bool = False) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
@@ -223,7 +237,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     ``cluster`` (blocks per row, see :func:`row_cluster`) too; ``welford`` takes a plain unmasked
     row's mean and variance in one reduction (block_reduce.moments_reducer) rather than a mean then
     a centered sum; ``staged`` copies a plain row (and its residual) into shared memory with cp.async
-    rather than into registers (:func:`stageable`)."""
+    rather than into registers (:func:`stageable`); ``chunked`` forms and stores the output a vector
+    a thread at a time (:func:`chunkable`)."""
     import tilelang.language as T
 
     segs = spec.segments
@@ -251,10 +266,17 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # statistic is joint) by TileLang's block all-reduce, which takes two barriers a power-of-two
     # stride.
     plain = G == 1 and not tile_allreduce
+    masked_row = padded != span
     own_reducer = plain or (not tile_allreduce and segs == 1 and reduces_groups(G, threads, padded // G))
     if staged and (not stageable(spec) or cluster > 1 or padded != span):
         raise ValueError(f"a staged row must be one plain unpadded row a block, got {G} groups, {segs} segments, "
                          f"{cluster} blocks a row, {span} elements over {threads} threads")
+    if chunked and (not chunkable(spec) or tile_allreduce or masked_row or cluster > 1 or staged):
+        raise ValueError(f"a row stored a vector at a time must be one plain unpadded row a block in registers with "
+                         f"per-column operands, got {G} groups, {segs} segments, {cluster} blocks a row, "
+                         f"{span} elements over {threads} threads{', staged' if staged else ''}")
+    vec = vector_elements(span, threads, dtype.itemsize)
+    vectors = span // (threads * vec)
     if cluster > 1 and (not plain or hidden % cluster or padded != span):
         raise ValueError(f"a row split over {cluster} blocks needs one group and slices the {threads} threads of a "
                          f"block share evenly, got rows {hidden} wide in {G} groups")
@@ -438,7 +460,18 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 stat[g] = 1.0 / T.max(stat[g], spec.eps)
             else:  # l2_gain
                 stat[g] = (gain[0] if prefetch else T.Cast(F32, Gain[row, 0])) / T.sqrt(stat[g])
-        if spec.quant_min_scale is None:
+        if chunked:
+            # One vector a thread at a time, a compiler fence after each: the compiler cannot hoist
+            # every vector's weight and bias loads above the first store, which took registers for
+            # all of them (LayerNorm 4096 wide at 128 threads: 80, 56 chunked; h200-s15-ncu tied
+            # these rows' time to the blocks an SM the registers leave room for). A tuple, not a
+            # range, which TileLang would make a loop indexing the row's registers at run time.
+            for k in tuple(range(vectors)):
+                for i in T.Parallel(threads * vec):
+                    j = k * threads * vec + i
+                    Y[row, col(0, j)] = T.Cast(dt, normalized(raw, mean, stat, W, B, Shift, Scale, row, 0, j))
+                T.call_extern("handle", "npuops_compiler_fence")
+        elif spec.quant_min_scale is None:
             for g, j in T.Parallel(G, m):
                 raw[g, j] = T.Cast(dt, normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j))
             for g, j in T.Parallel(G, m):
@@ -498,7 +531,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 Q, S = arg("q", row_shape, "int8"), arg("scale_out", (rows, 1), F32)
             else:
                 Y = arg("y", row_shape)
-        with cluster_kernel(rows * cluster, cluster, threads, 2 if spec.pair else 1) as (block, which):
+        with cluster_kernel(rows * cluster, cluster, threads, 2 if spec.pair else 1,
+                            prelude=COMPILER_FENCE if chunked else "") as (block, which):
+            if chunked:  # loads of restrict (read-only) operands would move across the fence
+                T.annotate_restrict_buffers(*(V for V in (W, B, Shift, Scale) if V is not None))
             row = block // cluster if cluster > 1 else block
             if cluster > 1:
                 slice_start["column"] = block % cluster * span
@@ -530,4 +566,4 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     return KernelSpec(main, tuple(params), outputs, returns,
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "rows_per_block": 1, "padded_to": padded,
                        "masked": masked, "prefetch": prefetch, "warp_reduce": own_reducer, "cluster": cluster,
-                       "welford": welford, "staged": staged})
+                       "welford": welford, "staged": staged, "chunked": chunked})

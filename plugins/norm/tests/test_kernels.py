@@ -364,6 +364,36 @@ def test_many_plain_rows_offer_staging_in_shared_memory():
         rowwise_kernel(RowNorm("rms", 1e-6, groups=8), (2048, 4096), torch.bfloat16, staged=True)
 
 
+def test_many_rows_with_per_column_operands_offer_chunked_stores():
+    """Many plain rows with a weight, bias or modulation may form and store their output a vector a
+    thread at a time, a compiler fence after each, their per-column operands' pointers not restrict
+    (the fence would not hold their loads); decode rows, groups, pairs and int8 epilogues are not."""
+    from npuops_norm.rowwise_kernel import launch_variants, rowwise_kernel
+
+    chunked = [v for v in launch_variants(LAYER_NORM, (2048, 4096), torch.bfloat16) if v.get("chunked")]
+    assert chunked and all(v["min_blocks"] > 1 for v in chunked)
+    for spec, shape in [(LAYER_NORM, (1, 4096)), (RowNorm("rms", 1e-6, weight="w", groups=8), (2048, 4096)),
+                        (RowNorm("rms", 1e-6, weight="w", quant_min_scale=1e-8), (2048, 4096)),
+                        (RowNorm("rms", 1e-6, weight="w", pair=True), (2048, 4096)), (RowNorm("l2", 1e-12), (2048, 4096))]:
+        assert not any(v.get("chunked") for v in launch_variants(spec, shape, torch.bfloat16))
+    source = compile_kernel(rowwise_kernel(LAYER_NORM, (2048, 4096), torch.bfloat16, threads=128, chunked=True).prim_func,
+                            arch="sm_90").get_kernel_source()
+    assert source.count("npuops_compiler_fence();") == 4  # 32 elements a thread, 8 a vector
+    assert "const bfloat16_t* W" in source and "const bfloat16_t* B" in source and "__restrict__ X" in source
+    with pytest.raises(ValueError, match="a vector at a time"):
+        rowwise_kernel(LAYER_NORM, (2048, 1000), torch.bfloat16, chunked=True)  # padded and masked
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", ["LayerNormFwd", "FusedAddRMSNormFwd", "FusedAddLayerNormFwd", "AdaLayerNormFwd",
+                                     "GemmaRMSNormFwd"])
+def test_every_chunked_row_passes_the_gate_on_the_gpu(op_name):
+    """Every launch variant that stores rows a vector at a time, on the catalog's many-row
+    workloads and an odd shape."""
+    checked, failures = gate_variants(op_name, [(4097, 7168)], lambda config: config.get("chunked"), seed=19)
+    assert checked >= 8 and not failures, "\n".join(failures)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op_name", ["LayerNormFwd", "FusedAddRMSNormFwd", "FusedAddLayerNormFwd", "RMSNormQuantFwd",
                                      "WeightNormFwd"])
