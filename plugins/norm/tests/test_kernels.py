@@ -40,6 +40,7 @@ ROW_KERNEL_OPS = sorted(EXPECTED - {"SpectralNormPowerIterFwd"})
 RMS = RowNorm("rms", 1e-6, weight="w")
 FUSED_ADD_RMS = RowNorm("rms", 1e-6, weight="w", residual=True)
 LAYER_NORM = RowNorm("meanvar", 1e-5, weight="w", bias=True)
+LAYER_NORM_QUANT = RowNorm("meanvar", 1e-5, weight="w", bias=True, quant_min_scale=1e-8)
 
 
 def row_spec(op, w):
@@ -219,11 +220,12 @@ def test_non_contiguous_input_is_rejected():
     (RMS, 3, 12288, 128, 1, 6), (RMS, 1, 32768, 256, 1, 8), (RMS, 1, 7168, 128, 1, 1), (RMS, 16, 16384, 512, 1, 1),
     (RMS, 64, 32768, 1024, 1, 1), (RMS, 133, 4096, 128, 2, 1), (RMS, 2048, 8192, 256, 2, 1),
     (RMS, 2048, 16384, 256, 4, 1), (FUSED_ADD_RMS, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 8192, 128, 4, 1),
-    (LAYER_NORM, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 4096, 128, 2, 1)])
+    (LAYER_NORM, 2048, 16384, 512, 2, 1), (LAYER_NORM_QUANT, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 4096, 128, 2, 1)])
 def test_launch_rule(spec, rows, hidden, threads, blocks, cluster):
     """Many rows: ~32 elements per thread, registers for two blocks per SM where the rows outnumber
-    the SMs, and 64 a thread on rows 16384 wide (LayerNorm's 8192), with four blocks where that
-    stays within 128 registers or the row is light; a few (decode): ~8 per thread, registers
+    the SMs, and 64 a thread on rows 16384 wide (LayerNorm's 8192, but not its 16384-wide rows with
+    per-column operands), with four blocks where that stays within 128 registers or the row is
+    light; a few (decode): ~8 per thread, registers
     unbounded, and a row 4 to 8 slices of 2048 wide split over a cluster of blocks, 16 elements per
     thread."""
     from npuops_norm.rowwise_kernel import rowwise_kernel
@@ -365,16 +367,18 @@ def test_many_plain_rows_offer_staging_in_shared_memory():
 
 
 def test_many_rows_with_per_column_operands_offer_chunked_stores():
-    """Many plain rows with a weight, bias or modulation may form and store their output a vector a
-    thread at a time, a compiler fence after each, their per-column operands' pointers not restrict
-    (the fence would not hold their loads); decode rows, groups, pairs and int8 epilogues are not."""
+    """Many plain rows 16384 wide with a weight, bias or modulation may form and store their output
+    a vector a thread at a time, a compiler fence after each, their per-column operands' pointers
+    not restrict (the fence would not hold their loads); narrower rows, decode rows, groups, pairs
+    and int8 epilogues are not."""
     from npuops_norm.rowwise_kernel import launch_variants, rowwise_kernel
 
-    chunked = [v for v in launch_variants(LAYER_NORM, (2048, 4096), torch.bfloat16) if v.get("chunked")]
+    chunked = [v for v in launch_variants(LAYER_NORM, (2048, 16384), torch.bfloat16) if v.get("chunked")]
     assert chunked and all(v["min_blocks"] > 1 for v in chunked)
-    for spec, shape in [(LAYER_NORM, (1, 4096)), (RowNorm("rms", 1e-6, weight="w", groups=8), (2048, 4096)),
-                        (RowNorm("rms", 1e-6, weight="w", quant_min_scale=1e-8), (2048, 4096)),
-                        (RowNorm("rms", 1e-6, weight="w", pair=True), (2048, 4096)), (RowNorm("l2", 1e-12), (2048, 4096))]:
+    for spec, shape in [(LAYER_NORM, (1, 16384)), (LAYER_NORM, (2048, 8192)),
+                        (RowNorm("rms", 1e-6, weight="w", groups=8), (2048, 16384)),
+                        (RowNorm("rms", 1e-6, weight="w", quant_min_scale=1e-8), (2048, 16384)),
+                        (RowNorm("rms", 1e-6, weight="w", pair=True), (2048, 16384)), (RowNorm("l2", 1e-12), (2048, 16384))]:
         assert not any(v.get("chunked") for v in launch_variants(spec, shape, torch.bfloat16))
     source = compile_kernel(rowwise_kernel(LAYER_NORM, (2048, 4096), torch.bfloat16, threads=128, chunked=True).prim_func,
                             arch="sm_90").get_kernel_source()
@@ -389,9 +393,10 @@ def test_many_rows_with_per_column_operands_offer_chunked_stores():
                                      "GemmaRMSNormFwd"])
 def test_every_chunked_row_passes_the_gate_on_the_gpu(op_name):
     """Every launch variant that stores rows a vector at a time, on the catalog's many-row
-    workloads and an odd shape."""
-    checked, failures = gate_variants(op_name, [(4097, 7168)], lambda config: config.get("chunked"), seed=19)
-    assert checked >= 8 and not failures, "\n".join(failures)
+    workloads and odd shapes (5 x 3 x 1024 wide, 7 vectors a thread at 256 threads)."""
+    checked, failures = gate_variants(op_name, [(4097, 7168 * 3), (133, 16384)], lambda config: config.get("chunked"),
+                                      seed=19)
+    assert checked >= 4 and not failures, "\n".join(failures)
 
 
 @pytest.mark.gpu
