@@ -271,18 +271,18 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # statistic is joint) by TileLang's block all-reduce, which takes two barriers a power-of-two
     # stride.
     plain = G == 1 and not tile_allreduce
-    masked_row = padded != span
+    masked = padded != span
     own_reducer = plain or (not tile_allreduce and segs == 1 and reduces_groups(G, threads, padded // G))
-    if staged and (not stageable(spec) or cluster > 1 or padded != span):
+    if staged and (not stageable(spec) or cluster > 1 or masked):
         raise ValueError(f"a staged row must be one plain unpadded row a block, got {G} groups, {segs} segments, "
                          f"{cluster} blocks a row, {span} elements over {threads} threads")
-    if chunked and (not chunkable(spec) or tile_allreduce or masked_row or cluster > 1 or staged):
+    if chunked and (not chunkable(spec) or tile_allreduce or masked or cluster > 1 or staged):
         raise ValueError(f"a row stored a vector at a time must be one plain unpadded row a block in registers with "
                          f"per-column operands, got {G} groups, {segs} segments, {cluster} blocks a row, "
                          f"{span} elements over {threads} threads{', staged' if staged else ''}")
     vec = vector_elements(span, threads, dtype.itemsize)
     vectors = span // (threads * vec)
-    if cluster > 1 and (not plain or hidden % cluster or padded != span):
+    if cluster > 1 and (not plain or hidden % cluster or masked):
         raise ValueError(f"a row split over {cluster} blocks needs one group and slices the {threads} threads of a "
                          f"block share evenly, got rows {hidden} wide in {G} groups")
     m = padded // G  # per-group length held in registers; the tail past n (if any) is masked
@@ -301,7 +301,6 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         """Index of element j of group (or segment) g of ``row`` in a row tensor."""
         return (g, row, j) if segs > 1 else (row, col(g, j))
 
-    masked = padded != span
 
     def in_row(j, x):
         """x for element j of a group; 0 in the masked tail of a padded row."""
@@ -468,9 +467,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         if chunked:
             # One vector a thread at a time, a compiler fence after each: the compiler cannot hoist
             # every vector's weight and bias loads above the first store, which took registers for
-            # all of them (LayerNorm 4096 wide at 128 threads: 80, 56 chunked; h200-s15-ncu tied
-            # these rows' time to the blocks an SM the registers leave room for). A tuple, not a
-            # range, which TileLang would make a loop indexing the row's registers at run time.
+            # all of them (LayerNorm 4096 wide at 128 threads: 80, 56 chunked). Each vector's loads
+            # then wait in turn: faster only on rows 16384 wide (h200-s17a-chunked-probe). A tuple,
+            # not a range, which TileLang would make a loop indexing the row's registers at run time.
             for k in tuple(range(vectors)):
                 for i in T.Parallel(threads * vec):
                     j = k * threads * vec + i
