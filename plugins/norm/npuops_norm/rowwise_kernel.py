@@ -85,8 +85,8 @@ def elements_per_thread(spec: RowNorm, rows: int, hidden: int) -> int:
 def light(spec: RowNorm) -> bool:
     """Rows whose kernel holds little beside the row: one statistic of a plain row, no residual, no
     epilogue."""
-    return (spec.stat in ("rms", "l2", "l1") and spec.groups == 1 and spec.segments == 1 and not spec.residual
-            and spec.quant_min_scale is None and not spec.pair and not spec.modulated)
+    return (stageable(spec) and spec.stat in ("rms", "l2", "l1") and not spec.residual
+            and spec.quant_min_scale is None and not spec.modulated)
 
 
 def min_blocks_per_sm(spec: RowNorm, rows: int, hidden: int, threads: int) -> int:
@@ -210,8 +210,7 @@ def stageable(spec: RowNorm) -> bool:
 def chunkable(spec: RowNorm) -> bool:
     """Whether a row's output may be formed and stored a vector at a time (``rowwise_kernel(chunked=True)``):
     plain rows with per-column operands to load, no int8 epilogue."""
-    return (spec.groups == 1 and spec.segments == 1 and not spec.pair and spec.quant_min_scale is None
-            and (spec.weight is not None or spec.bias or spec.modulated))
+    return stageable(spec) and spec.quant_min_scale is None and (spec.weight is not None or spec.bias or spec.modulated)
 
 
 def staged_bytes(spec: RowNorm, hidden: int, dtype: torch.dtype) -> int:
@@ -264,14 +263,14 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         min_blocks = min_blocks_per_sm(spec, rows, span, threads)
     if segs > 1:
         padded = hidden * segs
-    if padded != span and G > 1:
+    masked = padded != span
+    if masked and G > 1:
         raise ValueError(rowwise_unsupported(spec, shape, dtype))
     # A plain row (one group, one segment) is laid out thread-major and reduced with one barrier
     # (see block_reduce), and so are groups of whole warps; other grouped rows (and segments, whose
     # statistic is joint) by TileLang's block all-reduce, which takes two barriers a power-of-two
     # stride.
     plain = G == 1 and not tile_allreduce
-    masked = padded != span
     own_reducer = plain or (not tile_allreduce and segs == 1 and reduces_groups(G, threads, padded // G))
     if staged and (not stageable(spec) or cluster > 1 or masked):
         raise ValueError(f"a staged row must be one plain unpadded row a block, got {G} groups, {segs} segments, "
