@@ -31,10 +31,11 @@ TileLang evaluates the prim_funcs' tensor annotations, which must see the enclos
 """
 
 
+import math
 from collections.abc import Callable
 
 import torch
-from npuops.kernels import compile_kernel, tilelang_dtype
+from npuops.kernels import H200_SMS, compile_kernel, tilelang_dtype
 
 from .block_reduce import block_reducer, cluster_kernel, cluster_split, exchange_slots, thread_major
 
@@ -78,7 +79,8 @@ def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     # h200-s16a-norm-f17751a (W8 27.90 -> 23.87 µs, W5 41.70 -> 38.14 at 256 threads; W2 75.74 ->
     # 72.27 at 256 and 512 alike), 256 threads all but W3 (71.95 at 512 against 72.16).
     variants = [{"threads": t, "row_chunks": k} for t, k in pairs]
-    return [{**config, "pdl": True} for config in (variants[1], variants[0])] + variants
+    cooperative = [{"threads": t, "cooperative": True} for t in (ROW_THREADS, ROW_THREADS // 2) if cooperative_fits(rows, cols, t)]
+    return [{**config, "pdl": True} for config in (variants[1], variants[0])] + variants + cooperative
 
 
 def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = ROW_THREADS, cluster: int = 1):
@@ -263,9 +265,135 @@ def _scale(rows: int, cols: int, dt: str, threads: int = ROW_THREADS, pdl: bool 
     return main
 
 
+COOPERATIVE_VECTORS_IN_FLIGHT = 16  # 16-byte loads of W each thread has in flight in passes 1 and 3
+COOPERATIVE_MAX_COLUMNS_PER_THREAD = 32  # pass 1's accumulators, in registers
+
+
+def cooperative_blocks(rows: int, cols: int, sms: int = H200_SMS) -> int:
+    """Blocks of the cooperative kernel: one an SM at most (a cooperative launch needs every block
+    resident), a power of two dividing the rows and the columns."""
+    blocks = 1 << (sms.bit_length() - 1)
+    while rows % blocks or cols % blocks:
+        blocks //= 2
+    return blocks
+
+
+def cooperative_fits(rows: int, cols: int, threads: int) -> bool:
+    return rows > 1 and cols % (threads * 8) == 0 and cols // threads <= COOPERATIVE_MAX_COLUMNS_PER_THREAD
+
+
+def _cooperative(rows: int, cols: int, dt: str, eps: float, threads: int, blocks: int):
+    """All five passes in one cooperative launch, each block a slab of rows, grid barriers where a
+    pass needs the whole of the one before: W is read from DRAM once (pass 1), then again where
+    the L2 has let it go, and no launch or drain between passes."""
+    import tilelang.language as T
+
+    vec = 8
+    slab, chunk = rows // blocks, cols // blocks  # this block's rows, and columns of t it sums
+    per_row = cols // (threads * vec)  # vectors of a row per thread (pass 1)
+    row_unroll = math.gcd(slab, max(1, COOPERATIVE_VECTORS_IN_FLIGHT // per_row))
+    warps, lane_vectors = threads // 32, cols // (32 * vec)  # pass 3: a warp per row
+    dot_unroll = math.gcd(lane_vectors, COOPERATIVE_VECTORS_IN_FLIGHT)
+
+    @T.prim_func
+    def main(W: T.Tensor((rows, cols), dt), U: T.Tensor((rows,), dt), Out: T.Tensor((rows, cols), dt),
+             UOut: T.Tensor((rows,), dt), VOut: T.Tensor((cols,), dt), P: T.Tensor((blocks, cols), F32),
+             Tv: T.Tensor((cols,), F32), Squares: T.Tensor((blocks,), F32), Z: T.Tensor((rows,), F32),
+             ZSquares: T.Tensor((blocks,), F32)):
+        with T.Kernel(blocks, threads=threads) as b:
+            tx = T.get_thread_binding()
+            lane, warp = tx % 32, tx // 32
+            first = b * slab
+            # 1. P[b, :] = this slab's Wᵀu
+            acc = T.alloc_fragment((cols,), F32)
+            for c in T.Parallel(cols):
+                acc[c] = 0.0
+            for step in T.serial(slab // row_unroll):
+                for i in T.unroll(row_unroll):
+                    for c in T.Parallel(cols):
+                        r = first + step * row_unroll + i
+                        acc[c] += T.Cast(F32, W[r, c]) * T.Cast(F32, U[r])
+            for c in T.Parallel(cols):
+                P[b, c] = acc[c]
+            T.sync_grid()
+            # 2. t over this block's columns, and their sum of squares
+            part = T.alloc_fragment((blocks, chunk), F32)
+            t = T.alloc_fragment((chunk,), F32)
+            t_squared = T.alloc_fragment((chunk,), F32)
+            t_total = T.alloc_fragment((1,), F32)
+            for k, c in T.Parallel(blocks, chunk):
+                part[k, c] = P[k, b * chunk + c]
+            T.reduce_sum(part, t, dim=0)
+            for c in T.Parallel(chunk):
+                Tv[b * chunk + c] = t[c]
+                t_squared[c] = t[c] * t[c]
+            T.reduce_sum(t_squared, t_total, dim=0)
+            Squares[b] = t_total[0]
+            T.sync_grid()
+            # 3. z = W t over the slab, a warp a row, last rows first (pass 1 read them last: the
+            # likeliest still in L2)
+            t_all = T.alloc_shared((cols,), F32)
+            for c in T.Parallel(cols):
+                t_all[c] = Tv[c]
+            T.sync_threads()
+            w = T.alloc_local((dot_unroll, vec), dt)
+            tv = T.alloc_local((vec,), F32)
+            dot = T.alloc_local((1,), F32)
+            z_squares = T.alloc_shared((warps,), F32)
+            z_squared = T.alloc_local((1,), F32)
+            z_squared[0] = 0.0
+            for i in T.serial(T.ceildiv(slab, warps)):
+                if i * warps + warp < slab:
+                    r = first + slab - 1 - (i * warps + warp)
+                    dot[0] = 0.0
+                    for v in T.serial(lane_vectors // dot_unroll):
+                        for k in T.unroll(dot_unroll):
+                            for e in T.vectorized(vec):
+                                w[k, e] = W[r, ((v * dot_unroll + k) * 32 + lane) * vec + e]
+                        for k in T.unroll(dot_unroll):
+                            for e in T.vectorized(vec):
+                                tv[e] = t_all[((v * dot_unroll + k) * 32 + lane) * vec + e]
+                            for e in T.unroll(vec):
+                                dot[0] += T.Cast(F32, w[k, e]) * tv[e]
+                    dot[0] = T.warp_reduce_sum(dot[0])
+                    z_squared[0] += dot[0] * dot[0]
+                    if lane == 0:
+                        Z[r] = dot[0]
+            if lane == 0:
+                z_squares[warp] = z_squared[0]
+            T.sync_threads()
+            if tx == 0:
+                z_squared[0] = 0.0
+                for k in T.serial(warps):
+                    z_squared[0] += z_squares[k]
+                ZSquares[b] = z_squared[0]
+            T.sync_grid()
+            # 4. the scalars, from every block's sums; u', v' (this block's share) and W / sigma
+            t_partials, z_partials = T.alloc_fragment((blocks,), F32), T.alloc_fragment((blocks,), F32)
+            z_total = T.alloc_fragment((1,), F32)
+            for k in T.Parallel(blocks):
+                t_partials[k] = Squares[k]
+                z_partials[k] = ZSquares[k]
+            T.reduce_sum(t_partials, t_total, dim=0)
+            T.reduce_sum(z_partials, z_total, dim=0)
+            # Variables, not expressions TileLang would inline per element.
+            nt, ns, inv_sigma = T.alloc_var(F32), T.alloc_var(F32), T.alloc_var(F32)
+            nt = T.max(T.sqrt(t_total[0]), eps)  # ||t||
+            ns = T.sqrt(z_total[0]) / nt  # ||s||, s = z / nt
+            inv_sigma = T.max(ns, eps) / (ns * ns)
+            for r in T.Parallel(slab):
+                UOut[first + r] = T.Cast(dt, Z[first + r] / nt / T.max(ns, eps))
+            for c in T.Parallel(chunk):
+                VOut[b * chunk + c] = T.Cast(dt, t[c] / nt)
+            for r, c in T.Parallel(slab, cols):
+                Out[first + r, c] = T.Cast(dt, T.Cast(F32, W[first + r, c]) * inv_sigma)
+
+    return main
+
+
 def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float, device: torch.device,
                           threads: int | None = None, row_chunks: int | None = None,
-                          cluster: int | None = None, pdl: bool | None = None) -> Callable:
+                          cluster: int | None = None, pdl: bool | None = None, cooperative: bool = False) -> Callable:
     """fn(weight, u, v) -> (weight / sigma, u', v'); v is not read (v' depends on W and u only).
     ``threads``, ``row_chunks``, ``cluster`` and ``pdl``: a launch configuration from :func:`launch_variants`
     (by default its first)."""
@@ -275,8 +403,25 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
         default = launch_variants(rows, cols)[0]
         threads, cluster = default["threads"], default.get("cluster", 1)
         pdl = default.get("pdl", False) if pdl is None else pdl
+        cooperative = default.get("cooperative", False)
     cluster, pdl = cluster or 1, bool(pdl)
     row_chunks = row_chunks or default_row_chunks(rows, cols)
+    if cooperative:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else H200_SMS
+        blocks = cooperative_blocks(rows, cols, min(sms, H200_SMS))
+        kernel = compile_kernel(_cooperative(rows, cols, dt, eps, threads, blocks))
+
+        def power_iteration_cooperative(weight, u, v):
+            f32 = dict(dtype=torch.float32, device=weight.device)
+            p, t, squares, z, z_squares = (torch.empty((blocks, cols), **f32), torch.empty(cols, **f32),
+                                           torch.empty(blocks, **f32), torch.empty(rows, **f32),
+                                           torch.empty(blocks, **f32))
+            out, u_out, v_out = torch.empty_like(weight), torch.empty_like(u), torch.empty_like(v)
+            kernel(weight, u, out, u_out, v_out, p, t, squares, z, z_squares)
+            return out, u_out, v_out
+
+        power_iteration_cooperative.config = {"kernels": 1, "threads": threads, "cooperative": True, "blocks": blocks}
+        return power_iteration_cooperative
     if rows == 1:
         kernel = compile_kernel(_single_row(cols, dt, dtype.itemsize, eps, threads, cluster))
 

@@ -68,7 +68,8 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
         variants = sk.launch_variants(rows, cols)
         assert len({tuple(v.items()) for v in variants}) == len(variants) > 1
         assert variants[0].get("pdl", False) == (rows > 1)  # many rows: programmatic dependent launch by default
-        for config in (variants[0], variants[-1]):
+        passes = [v for v in variants if not v.get("cooperative")]
+        for config in (passes[0], passes[-1]):
             threads, pdl = config["threads"], config.get("pdl", False)
             kernels = [sk._single_row(cols, dt, 2, 1e-12, threads, config.get("cluster", 1))] if rows == 1 else [
                 sk._column_partials(rows, cols, dt, config["row_chunks"], pdl),
@@ -81,12 +82,25 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
                 assert ("cudaGridDependencySynchronize" in source) == (pdl and position > 0)
 
 
+def test_spectral_norm_cooperative_kernel_compiles_with_a_grid_barrier_between_passes():
+    from npuops_norm import spectral_kernel as sk
+
+    assert {v["threads"] for v in sk.launch_variants(2048, 8192) if v.get("cooperative")} == {256, 512}
+    assert {v["threads"] for v in sk.launch_variants(2048, 16384) if v.get("cooperative")} == {512}  # 32 columns a thread
+    assert not any(v.get("cooperative") for v in sk.launch_variants(1, 8192))
+    assert sk.cooperative_blocks(2048, 8192) == 128 and sk.cooperative_blocks(3072, 6144, sms=108) == 64
+    source = compile_kernel(sk._cooperative(2048, 8192, "bfloat16", 1e-12, 512, 128), arch="sm_90").get_kernel_source()
+    assert source.count("this_grid().sync()") == 3
+
+
 def test_spectral_norm_column_partials_cover_the_gpu_evenly():
     """About two blocks per SM on every catalog width, each chunk a whole number of unrolled steps."""
     from npuops_norm import spectral_kernel as sk
 
     for cols in (4096, 8192, 16384):
         for config in sk.launch_variants(2048, cols):
+            if config.get("cooperative"):
+                continue
             chunks = config["row_chunks"]
             assert 2048 % (chunks * sk.ROW_UNROLL) == 0
         chunks = sk.default_row_chunks(2048, cols)
@@ -397,6 +411,16 @@ def test_every_chunked_row_passes_the_gate_on_the_gpu(op_name):
     checked, failures = gate_variants(op_name, [(4097, 7168 * 3), (133, 16384)], lambda config: config.get("chunked"),
                                       seed=19)
     assert checked >= 4 and not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_every_cooperative_power_iteration_passes_the_gate_on_the_gpu():
+    """The power iteration in one cooperative launch, on the catalog's prefill workloads and shapes
+    whose unrolls do not fill: 1024 x 2048 (8-row slabs at 256 threads), 3072 x 6144 (24-row slabs,
+    3 vectors a row a thread), 2048 x 12288."""
+    checked, failures = gate_variants("SpectralNormPowerIterFwd", [(1024, 2048), (3072, 6144), (2048, 12288)],
+                                      lambda config: config.get("cooperative"), seed=23)
+    assert checked >= 13 and not failures, "\n".join(failures)
 
 
 @pytest.mark.gpu
