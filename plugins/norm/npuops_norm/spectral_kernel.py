@@ -292,6 +292,7 @@ def _cooperative(rows: int, cols: int, dt: str, eps: float, threads: int, blocks
     slab, chunk = rows // blocks, cols // blocks  # this block's rows, and columns of t it sums
     per_row = cols // (threads * vec)  # vectors of a row per thread (pass 1)
     row_unroll = math.gcd(slab, max(1, COOPERATIVE_VECTORS_IN_FLIGHT // per_row))
+    summers = threads // chunk  # threads summing each column of t (pass 2)
     warps, lane_vectors = threads // 32, cols // (32 * vec)  # pass 3: a warp per row
     dot_unroll = math.gcd(lane_vectors, COOPERATIVE_VECTORS_IN_FLIGHT)
 
@@ -316,19 +317,31 @@ def _cooperative(rows: int, cols: int, dt: str, eps: float, threads: int, blocks
             for c in T.Parallel(cols):
                 P[b, c] = acc[c]
             T.sync_grid()
-            # 2. t over this block's columns, and their sum of squares
-            part = T.alloc_fragment((blocks, chunk), F32)
-            t = T.alloc_fragment((chunk,), F32)
-            t_squared = T.alloc_fragment((chunk,), F32)
-            t_total = T.alloc_fragment((1,), F32)
-            for k, c in T.Parallel(blocks, chunk):
-                part[k, c] = P[k, b * chunk + c]
-            T.reduce_sum(part, t, dim=0)
-            for c in T.Parallel(chunk):
-                Tv[b * chunk + c] = t[c]
-                t_squared[c] = t[c] * t[c]
-            T.reduce_sum(t_squared, t_total, dim=0)
-            Squares[b] = t_total[0]
+            # 2. t over this block's columns (column c summed by the threads c, c + chunk, ...), and
+            # their sum of squares
+            column_sums = T.alloc_shared((summers, chunk), F32)
+            warp_sums = T.alloc_shared((warps,), F32)
+            total = T.alloc_local((1,), F32)
+            total[0] = 0.0
+            if tx < summers * chunk:
+                for k in T.serial(T.ceildiv(blocks - tx // chunk, summers)):
+                    total[0] += P[tx // chunk + k * summers, b * chunk + tx % chunk]
+                column_sums[tx // chunk, tx % chunk] = total[0]
+            T.sync_threads()
+            total[0] = 0.0
+            if tx < chunk:
+                for k in T.serial(summers):
+                    total[0] += column_sums[k, tx]
+                Tv[b * chunk + tx] = total[0]
+            t_squared = T.alloc_local((1,), F32)
+            t_squared[0] = T.warp_reduce_sum(total[0] * total[0])
+            if lane == 0:
+                warp_sums[warp] = t_squared[0]
+            T.sync_threads()
+            if tx == 0:
+                for k in T.serial(1, warps):
+                    t_squared[0] += warp_sums[k]
+                Squares[b] = t_squared[0]
             T.sync_grid()
             # 3. z = W t over the slab, a warp a row, last rows first (pass 1 read them last: the
             # likeliest still in L2)
@@ -374,6 +387,7 @@ def _cooperative(rows: int, cols: int, dt: str, eps: float, threads: int, blocks
             for k in T.Parallel(blocks):
                 t_partials[k] = Squares[k]
                 z_partials[k] = ZSquares[k]
+            t_total = T.alloc_fragment((1,), F32)
             T.reduce_sum(t_partials, t_total, dim=0)
             T.reduce_sum(z_partials, z_total, dim=0)
             # Variables, not expressions TileLang would inline per element.
@@ -384,7 +398,7 @@ def _cooperative(rows: int, cols: int, dt: str, eps: float, threads: int, blocks
             for r in T.Parallel(slab):
                 UOut[first + r] = T.Cast(dt, Z[first + r] / nt / T.max(ns, eps))
             for c in T.Parallel(chunk):
-                VOut[b * chunk + c] = T.Cast(dt, t[c] / nt)
+                VOut[b * chunk + c] = T.Cast(dt, Tv[b * chunk + c] / nt)
             for r, c in T.Parallel(slab, cols):
                 Out[first + r, c] = T.Cast(dt, T.Cast(F32, W[first + r, c]) * inv_sigma)
 
