@@ -267,6 +267,10 @@ def _scale(rows: int, cols: int, dt: str, threads: int = ROW_THREADS, pdl: bool 
 
 COOPERATIVE_VECTORS_IN_FLIGHT = 16  # 16-byte loads of W each thread has in flight in passes 1 and 3
 COOPERATIVE_MAX_COLUMNS_PER_THREAD = 32  # pass 1's accumulators, in registers
+# A block's shared memory (sm_90's most, less some for the passes' small exchanges): the rows of its
+# slab that fit it are held there from pass 1 on, so passes 3 and 4 read them from no cache at all,
+# and the L2 has only the others to keep.
+SHARED_BYTES, SHARED_SPARE = 227 * 1024, 4096
 
 
 def cooperative_blocks(rows: int, cols: int, sms: int = H200_SMS) -> int:
@@ -282,16 +286,23 @@ def cooperative_fits(rows: int, cols: int, threads: int) -> bool:
     return rows > 1 and cols % (threads * 8) == 0 and cols // threads <= COOPERATIVE_MAX_COLUMNS_PER_THREAD
 
 
-def _cooperative(rows: int, cols: int, dt: str, eps: float, threads: int, blocks: int):
+def held_rows(rows: int, cols: int, itemsize: int, blocks: int) -> int:
+    """Rows of each block's slab the cooperative kernel holds in shared memory (beside t, f32)."""
+    return min(rows // blocks, max(0, SHARED_BYTES - SHARED_SPARE - cols * 4) // (cols * itemsize))
+
+
+def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threads: int, blocks: int):
     """All five passes in one cooperative launch, each block a slab of rows, grid barriers where a
-    pass needs the whole of the one before: W is read from DRAM once (pass 1), then again where
-    the L2 has let it go, and no launch or drain between passes."""
+    pass needs the whole of the one before: W is read from DRAM once (pass 1), the first rows of
+    each slab held in shared memory (:func:`held_rows`), the others read again from the L2 where it
+    kept them; no launch or drain between passes."""
     import tilelang.language as T
 
     vec = 8
     slab, chunk = rows // blocks, cols // blocks  # this block's rows, and columns of t it sums
+    held = held_rows(rows, cols, itemsize, blocks)
     per_row = cols // (threads * vec)  # vectors of a row per thread (pass 1)
-    row_unroll = math.gcd(slab, max(1, COOPERATIVE_VECTORS_IN_FLIGHT // per_row))
+    in_flight = max(1, COOPERATIVE_VECTORS_IN_FLIGHT // per_row)  # rows
     summers = threads // chunk  # threads summing each column of t (pass 2)
     warps, lane_vectors = threads // 32, cols // (32 * vec)  # pass 3: a warp per row
     dot_unroll = math.gcd(lane_vectors, COOPERATIVE_VECTORS_IN_FLIGHT)
@@ -305,17 +316,25 @@ def _cooperative(rows: int, cols: int, dt: str, eps: float, threads: int, blocks
             tx = T.get_thread_binding()
             lane, warp = tx % 32, tx // 32
             first = b * slab
-            # 1. P[b, :] = this slab's Wᵀu
-            acc = T.alloc_fragment((cols,), F32)
-            for c in T.Parallel(cols):
-                acc[c] = 0.0
-            for step in T.serial(slab // row_unroll):
-                for i in T.unroll(row_unroll):
-                    for c in T.Parallel(cols):
-                        r = first + step * row_unroll + i
-                        acc[c] += T.Cast(F32, W[r, c]) * T.Cast(F32, U[r])
-            for c in T.Parallel(cols):
-                P[b, c] = acc[c]
+            # 1. P[b, :] = this slab's Wᵀu; its first rows kept
+            held_w = T.alloc_shared((max(held, 1), cols), dt)
+            acc = T.alloc_fragment((1, cols), F32)
+            T.annotate_layout({acc: thread_major(cols, threads, itemsize)})  # whole 16-byte vectors of W
+            for g, c in T.Parallel(1, cols):
+                acc[g, c] = 0.0
+            for start, count, hold in ((0, held, True), (held, slab - held, False)):
+                # row_unroll rows at a time (their loads in flight together), then the rest
+                for steps, unroll, offset in ((count // in_flight, in_flight, 0),
+                                              (1, count % in_flight, count - count % in_flight)):
+                    for step in T.serial(steps if unroll else 0):
+                        for i in T.unroll(unroll):
+                            for g, c in T.Parallel(1, cols):
+                                r = start + offset + step * unroll + i
+                                if hold:
+                                    held_w[r, c] = W[first + r, c]
+                                acc[g, c] += T.Cast(F32, W[first + r, c]) * T.Cast(F32, U[first + r])
+            for g, c in T.Parallel(1, cols):
+                P[b, c] = acc[g, c]
             T.sync_grid()
             # 2. t over this block's columns (column c summed by the threads c, c + chunk, ...), and
             # their sum of squares
@@ -343,8 +362,8 @@ def _cooperative(rows: int, cols: int, dt: str, eps: float, threads: int, blocks
                     t_squared[0] += warp_sums[k]
                 Squares[b] = t_squared[0]
             T.sync_grid()
-            # 3. z = W t over the slab, a warp a row, last rows first (pass 1 read them last: the
-            # likeliest still in L2)
+            # 3. z = W t over the slab, a warp a row: the rows not held last first (pass 1 read them
+            # last: the likeliest still in L2), then the held ones
             t_all = T.alloc_shared((cols,), F32)
             for c in T.Parallel(cols):
                 t_all[c] = Tv[c]
@@ -357,12 +376,14 @@ def _cooperative(rows: int, cols: int, dt: str, eps: float, threads: int, blocks
             z_squared[0] = 0.0
             for i in T.serial(T.ceildiv(slab, warps)):
                 if i * warps + warp < slab:
-                    r = first + slab - 1 - (i * warps + warp)
+                    r = slab - 1 - (i * warps + warp)  # in the slab
                     dot[0] = 0.0
                     for v in T.serial(lane_vectors // dot_unroll):
                         for k in T.unroll(dot_unroll):
                             for e in T.vectorized(vec):
-                                w[k, e] = W[r, ((v * dot_unroll + k) * 32 + lane) * vec + e]
+                                w[k, e] = T.if_then_else(r < held, held_w[T.min(r, held - 1) if held else 0,
+                                                                          ((v * dot_unroll + k) * 32 + lane) * vec + e],
+                                                         W[first + r, ((v * dot_unroll + k) * 32 + lane) * vec + e])
                         for k in T.unroll(dot_unroll):
                             for e in T.vectorized(vec):
                                 tv[e] = t_all[((v * dot_unroll + k) * 32 + lane) * vec + e]
@@ -371,7 +392,7 @@ def _cooperative(rows: int, cols: int, dt: str, eps: float, threads: int, blocks
                     dot[0] = T.warp_reduce_sum(dot[0])
                     z_squared[0] += dot[0] * dot[0]
                     if lane == 0:
-                        Z[r] = dot[0]
+                        Z[first + r] = dot[0]
             if lane == 0:
                 z_squares[warp] = z_squared[0]
             T.sync_threads()
@@ -399,8 +420,11 @@ def _cooperative(rows: int, cols: int, dt: str, eps: float, threads: int, blocks
                 UOut[first + r] = T.Cast(dt, Z[first + r] / nt / T.max(ns, eps))
             for c in T.Parallel(chunk):
                 VOut[b * chunk + c] = T.Cast(dt, Tv[b * chunk + c] / nt)
-            for r, c in T.Parallel(slab, cols):
-                Out[first + r, c] = T.Cast(dt, T.Cast(F32, W[first + r, c]) * inv_sigma)
+            # the rows not held first: pass 3 read the first of them last
+            for r, c in T.Parallel(slab - held, cols):
+                Out[first + held + r, c] = T.Cast(dt, T.Cast(F32, W[first + held + r, c]) * inv_sigma)
+            for r, c in T.Parallel(held, cols):
+                Out[first + r, c] = T.Cast(dt, T.Cast(F32, held_w[r, c]) * inv_sigma)
 
     return main
 
@@ -423,7 +447,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
     if cooperative:
         sms = torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else H200_SMS
         blocks = cooperative_blocks(rows, cols, min(sms, H200_SMS))
-        kernel = compile_kernel(_cooperative(rows, cols, dt, eps, threads, blocks))
+        kernel = compile_kernel(_cooperative(rows, cols, dt, dtype.itemsize, eps, threads, blocks))
 
         def power_iteration_cooperative(weight, u, v):
             f32 = dict(dtype=torch.float32, device=weight.device)
