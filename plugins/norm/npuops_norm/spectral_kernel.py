@@ -271,6 +271,7 @@ COOPERATIVE_MAX_COLUMNS_PER_THREAD = 32  # pass 1's accumulators, in registers
 # slab that fit it are held there from pass 1 on, so passes 3 and 4 read them from no cache at all,
 # and the L2 has only the others to keep.
 SHARED_BYTES, SHARED_SPARE = 227 * 1024, 4096
+T_PIECE = 4096  # columns of t (f32) in shared memory at a time
 
 
 def cooperative_blocks(rows: int, cols: int, sms: int = H200_SMS) -> int:
@@ -286,9 +287,14 @@ def cooperative_fits(rows: int, cols: int, threads: int) -> bool:
     return rows > 1 and cols % (threads * 8) == 0 and cols // threads <= COOPERATIVE_MAX_COLUMNS_PER_THREAD
 
 
+def t_piece(cols: int) -> int:
+    """Columns of t in shared memory at a time in the cooperative kernel's pass 3."""
+    return math.gcd(cols, T_PIECE)
+
+
 def held_rows(rows: int, cols: int, itemsize: int, blocks: int) -> int:
-    """Rows of each block's slab the cooperative kernel holds in shared memory (beside t, f32)."""
-    return min(rows // blocks, max(0, SHARED_BYTES - SHARED_SPARE - cols * 4) // (cols * itemsize))
+    """Rows of each block's slab the cooperative kernel holds in shared memory (beside a piece of t)."""
+    return min(rows // blocks, max(0, SHARED_BYTES - SHARED_SPARE - t_piece(cols) * 4) // (cols * itemsize))
 
 
 def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threads: int, blocks: int):
@@ -304,8 +310,10 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
     per_row = cols // (threads * vec)  # vectors of a row per thread (pass 1)
     in_flight = max(1, COOPERATIVE_VECTORS_IN_FLIGHT // per_row)  # rows
     summers = threads // chunk  # threads summing each column of t (pass 2)
-    warps, lane_vectors = threads // 32, cols // (32 * vec)  # pass 3: a warp per row
-    dot_unroll = math.gcd(lane_vectors, COOPERATIVE_VECTORS_IN_FLIGHT)
+    warps = threads // 32  # pass 3: a warp a row, t in pieces
+    rows_per_warp, piece = -(-slab // warps), t_piece(cols)
+    piece_vectors = piece // (32 * vec)
+    dot_unroll = math.gcd(piece_vectors, COOPERATIVE_VECTORS_IN_FLIGHT)
 
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), U: T.Tensor((rows,), dt), Out: T.Tensor((rows, cols), dt),
@@ -363,36 +371,47 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
                 Squares[b] = t_squared[0]
             T.sync_grid()
             # 3. z = W t over the slab, a warp a row: the rows not held last first (pass 1 read them
-            # last: the likeliest still in L2), then the held ones
-            t_all = T.alloc_shared((cols,), F32)
-            for c in T.Parallel(cols):
-                t_all[c] = Tv[c]
-            T.sync_threads()
+            # last: the likeliest still in L2), then the held ones; t a piece at a time (the rest
+            # of shared memory holds rows)
+            t_piece = T.alloc_shared((piece,), F32)
             w = T.alloc_local((dot_unroll, vec), dt)
             tv = T.alloc_local((vec,), F32)
+            dots = T.alloc_local((rows_per_warp, vec), F32)  # a sum per element of a vector: no chain
             dot = T.alloc_local((1,), F32)
             z_squares = T.alloc_shared((warps,), F32)
             z_squared = T.alloc_local((1,), F32)
+            for i in T.unroll(rows_per_warp):
+                for e in T.unroll(vec):
+                    dots[i, e] = 0.0
+            for q in T.serial(cols // piece):
+                T.sync_threads()  # every warp is done with the last piece
+                for c in T.Parallel(piece):
+                    t_piece[c] = Tv[q * piece + c]
+                T.sync_threads()
+                for i in T.unroll(rows_per_warp):
+                    if i * warps + warp < slab:
+                        r = slab - 1 - (i * warps + warp)  # in the slab
+                        for v in T.serial(piece_vectors // dot_unroll):
+                            for k in T.unroll(dot_unroll):
+                                for e in T.vectorized(vec):
+                                    column = q * piece + ((v * dot_unroll + k) * 32 + lane) * vec + e
+                                    w[k, e] = T.if_then_else(r < held, held_w[T.min(r, held - 1) if held else 0, column],
+                                                             W[first + r, column])
+                            for k in T.unroll(dot_unroll):
+                                for e in T.vectorized(vec):
+                                    tv[e] = t_piece[((v * dot_unroll + k) * 32 + lane) * vec + e]
+                                for e in T.unroll(vec):
+                                    dots[i, e] += T.Cast(F32, w[k, e]) * tv[e]
             z_squared[0] = 0.0
-            for i in T.serial(T.ceildiv(slab, warps)):
+            for i in T.unroll(rows_per_warp):
                 if i * warps + warp < slab:
-                    r = slab - 1 - (i * warps + warp)  # in the slab
                     dot[0] = 0.0
-                    for v in T.serial(lane_vectors // dot_unroll):
-                        for k in T.unroll(dot_unroll):
-                            for e in T.vectorized(vec):
-                                w[k, e] = T.if_then_else(r < held, held_w[T.min(r, held - 1) if held else 0,
-                                                                          ((v * dot_unroll + k) * 32 + lane) * vec + e],
-                                                         W[first + r, ((v * dot_unroll + k) * 32 + lane) * vec + e])
-                        for k in T.unroll(dot_unroll):
-                            for e in T.vectorized(vec):
-                                tv[e] = t_all[((v * dot_unroll + k) * 32 + lane) * vec + e]
-                            for e in T.unroll(vec):
-                                dot[0] += T.Cast(F32, w[k, e]) * tv[e]
+                    for e in T.unroll(vec):
+                        dot[0] += dots[i, e]
                     dot[0] = T.warp_reduce_sum(dot[0])
                     z_squared[0] += dot[0] * dot[0]
                     if lane == 0:
-                        Z[first + r] = dot[0]
+                        Z[first + slab - 1 - (i * warps + warp)] = dot[0]
             if lane == 0:
                 z_squares[warp] = z_squared[0]
             T.sync_threads()
