@@ -1,28 +1,39 @@
 """TileLang kernels for one spectral-norm power iteration (SpectralNormPowerIterFwd).
 
-W [R, C] is read three times — nothing less is possible: v' needs all of Wᵀu before W v' can
-start, and W / sigma needs all of W v' — and written once. The norms are deferred to scalars so
-that every pass over W or over a vector spreads across the GPU; one small block does the scalar
-work. With t = Wᵀu, nt = max(||t||, eps) and z = W t, v' = t / nt and s = W v' = z / nt:
+v' needs all of Wᵀu before W v' can start, and W / sigma needs all of W v': three passes over W
+[R, C], and one write. The norms are deferred to scalars so that every pass over W or over a
+vector spreads across the GPU. With t = Wᵀu, nt = max(||t||, eps) and z = W t, v' = t / nt and
+s = W v' = z / nt:
 
-1. column partials  P[k, c] = Σ_{r in row chunk k} W[r, c] u[r]   (column tiles × row chunks;
-   each thread keeps ROW_UNROLL rows' loads in flight)
-2. t = Σ_k P[k, :] and per-tile sums of t²                        (one block per column tile)
-3. z = W t                                                        (one block per row)
+1. column partials  P[k, c] = Σ_{r in row chunk k} W[r, c] u[r]
+2. t = Σ_k P[k, :] and sums of t²
+3. z = W t and sums of z²
 4. nt, s = z / nt, u' = s / max(||s||, eps), sigma = u'·s = ||s||² / max(||s||, eps),
-   v' = t / nt written out                                        (one block)
-5. out = W / sigma, rows in the reverse of pass 3's order so the rows pass 3 read last (the
-   likeliest still in L2) are read first                          (one block per row)
+   v' = t / nt written out
+5. out = W / sigma
+
+Many rows, the default (:func:`_cooperative`): all of it in one cooperative launch, a block an SM,
+each block a slab of rows, grid barriers between passes 1, 2, 3 and 4. Each slab's first rows stay
+in the block's shared memory from pass 1 on (all of them up to 4096 wide), so W is read from DRAM
+once where it fits there and little more elsewhere. It beat the five launches below on every
+catalog prefill row in h200-s18 (2048 x 4096: 23.65 -> 19.20 µs; 8192: 37.50 -> 29.63; 16384:
+72.19 -> 62.53).
+
+The five-launch form, a launch variant (and the rule where the cooperative kernel's accumulators
+would not fit in registers): passes 1 (column tiles x row chunks, each thread keeping ROW_UNROLL
+rows' loads in flight), 2 (one block per column tile), 3 (one block per row), 4 (one block), 5
+(one block per row, rows in the reverse of pass 3's order so the rows pass 3 read last, the
+likeliest still in L2, are read first), each a launch.
 
 A single row (R == 1, the decode workloads) is one launch: with w = W[0] and u0 = u[0],
 t = u0 w, so ||t||² = u0² ||w||², s = w·v' = u0 ||w||² / nt and sigma follow from one reduction
 (a one-barrier block reduction, see block_reduce), over a cluster of blocks where the row is wide
-enough (block_reduce.cluster_split). Pass 3 keeps TileLang's all-reduce: the
+enough (block_reduce.cluster_split). The five launches' pass 3 keeps TileLang's all-reduce: the
 one-barrier form measured 1-7% slower on the prefill rows (h200-s8a, h200-s8b against h200-s7b).
 
-Launch variants (``npuops run --tune``): threads of the per-row kernels (3, 5 and the single row),
-the single row's cluster, row chunks of the column partials, and programmatic dependent launch
-(``pdl``, the default of many rows): each of passes 2-5 may start while the pass before it
+Launch variants (``npuops run --tune``): the cooperative kernel's threads; threads of the per-row
+kernels (3, 5 and the single row), the single row's cluster, row chunks of the column partials,
+and programmatic dependent launch (``pdl``): each of passes 2-5 may start while the pass before it
 finishes, passes 3 and 5 loading their rows of W before they wait for it (``griddepcontrol``);
 the default comes first.
 
@@ -79,8 +90,10 @@ def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     # h200-s16a-norm-f17751a (W8 27.90 -> 23.87 µs, W5 41.70 -> 38.14 at 256 threads; W2 75.74 ->
     # 72.27 at 256 and 512 alike), 256 threads all but W3 (71.95 at 512 against 72.16).
     variants = [{"threads": t, "row_chunks": k} for t, k in pairs]
-    cooperative = [{"threads": t, "cooperative": True} for t in (ROW_THREADS, ROW_THREADS // 2) if cooperative_fits(rows, cols, t)]
-    return [{**config, "pdl": True} for config in (variants[1], variants[0])] + variants + cooperative
+    # The cooperative kernel first, at 256 threads where its accumulators fit (h200-s18: 2048 x 4096
+    # 19.20 µs against 20.00 at 512, 8192 wide 29.63 against 31.23).
+    cooperative = [{"threads": t, "cooperative": True} for t in (ROW_THREADS // 2, ROW_THREADS) if cooperative_fits(rows, cols, t)]
+    return cooperative + [{**config, "pdl": True} for config in (variants[1], variants[0])] + variants
 
 
 def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = ROW_THREADS, cluster: int = 1):
@@ -284,6 +297,8 @@ def cooperative_blocks(rows: int, cols: int, sms: int = H200_SMS) -> int:
 
 
 def cooperative_fits(rows: int, cols: int, threads: int) -> bool:
+    """Whether :func:`_cooperative` takes W [rows, cols] at ``threads``: whole 16-byte vectors a
+    thread in pass 1, at most COOPERATIVE_MAX_COLUMNS_PER_THREAD accumulators."""
     return rows > 1 and cols % (threads * 8) == 0 and cols // threads <= COOPERATIVE_MAX_COLUMNS_PER_THREAD
 
 

@@ -67,8 +67,9 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
         cols, dt = 8192, "bfloat16"
         variants = sk.launch_variants(rows, cols)
         assert len({tuple(v.items()) for v in variants}) == len(variants) > 1
-        assert variants[0].get("pdl", False) == (rows > 1)  # many rows: programmatic dependent launch by default
         passes = [v for v in variants if not v.get("cooperative")]
+        # Many rows: one cooperative launch by default, then five with programmatic dependent launch.
+        assert variants[0].get("cooperative", False) == passes[0].get("pdl", False) == (rows > 1)
         for config in (passes[0], passes[-1]):
             threads, pdl = config["threads"], config.get("pdl", False)
             kernels = [sk._single_row(cols, dt, 2, 1e-12, threads, config.get("cluster", 1))] if rows == 1 else [
@@ -85,9 +86,11 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
 def test_spectral_norm_cooperative_kernel_compiles_with_a_grid_barrier_between_passes():
     from npuops_norm import spectral_kernel as sk
 
+    assert sk.launch_variants(2048, 8192)[0] == {"threads": 256, "cooperative": True}
     assert {v["threads"] for v in sk.launch_variants(2048, 8192) if v.get("cooperative")} == {256, 512}
     assert {v["threads"] for v in sk.launch_variants(2048, 16384) if v.get("cooperative")} == {512}  # 32 columns a thread
-    assert not any(v.get("cooperative") for v in sk.launch_variants(1, 8192))
+    assert not any(v.get("cooperative") for v in sk.launch_variants(1, 8192) + sk.launch_variants(2048, 32768))
+    assert [sk.held_rows(2048, cols, 2, 128) for cols in (4096, 8192, 16384)] == [16, 12, 6]
     assert sk.cooperative_blocks(2048, 8192) == 128 and sk.cooperative_blocks(3072, 6144, sms=108) == 64
     source = compile_kernel(sk._cooperative(2048, 8192, "bfloat16", 2, 1e-12, 512, 128), arch="sm_90").get_kernel_source()
     assert source.count("this_grid().sync()") == 3

@@ -39,7 +39,8 @@ class SpectralNormPowerIterFwd(RowwiseNormOp):
             "v": F.normalize(rng.normal((cols,), dtype), dim=0, eps=eps),
         }
 
-    kernel_description = "TileLang: column partials, two normalizations, row dots, scale (5 launches; 1 for a single row)"
+    kernel_description = ("TileLang: column partials, two normalizations, row dots, scale in one cooperative launch "
+                          "(grid barriers between passes, rows held in shared memory), else 5 launches; 1 for a single row")
 
     def kernel_unsupported(self, w):
         from ..spectral_kernel import unsupported
