@@ -175,6 +175,8 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         # there; narrower rows ran faster with every load ahead (LayerNorm 4096 wide 12.42 against 11.97).
         variants += [{**config, "chunked": True} for config in variants
                      if config["min_blocks"] > 1 and not config.get("prefetch") and hidden % config["threads"] == 0]
+    if rows > FEW_ROWS and f32_rowable(spec):
+        variants += [{**config, "f32_row": True} for config in variants if not config.get("chunked")]
     if rows > FEW_ROWS and stageable(spec):
         # Staged: the register variants' block counts and as many blocks as shared memory holds,
         # where that leaves at least the smallest register cap.
@@ -213,6 +215,13 @@ def chunkable(spec: RowNorm) -> bool:
     return stageable(spec) and spec.quant_min_scale is None and (spec.weight is not None or spec.bias or spec.modulated)
 
 
+def f32_rowable(spec: RowNorm) -> bool:
+    """Whether a row may be held in f32 from its load (``rowwise_kernel(f32_row=True)``): rows
+    quantized to int8, whose f32 output the kernel holds anyway, and plain mean-and-variance rows,
+    which convert each element three times otherwise; none with a residual to write back."""
+    return not spec.residual and (spec.quant_min_scale is not None or (stageable(spec) and spec.stat == "meanvar"))
+
+
 def staged_bytes(spec: RowNorm, hidden: int, dtype: torch.dtype) -> int:
     """Shared memory a staged row takes (its residual's too)."""
     return hidden * dtype.itemsize * (2 if spec.residual else 1)
@@ -231,7 +240,7 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
 def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1,
                    threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
                    tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True,
-                   staged: bool = False, chunked: bool = False) -> KernelSpec:
+                   staged: bool = False, chunked: bool = False, f32_row: bool = False) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
@@ -242,7 +251,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     row's mean and variance in one reduction (block_reduce.moments_reducer) rather than a mean then
     a centered sum; ``staged`` copies a plain row (and its residual) into shared memory with cp.async
     rather than into registers (:func:`stageable`); ``chunked`` forms and stores the output a vector
-    a thread at a time (:func:`chunkable`)."""
+    a thread at a time (:func:`chunkable`); ``f32_row`` holds the row in f32 from its load on
+    (:func:`f32_rowable`), converted once rather than at each use, the output formed in its place."""
     import tilelang.language as T
 
     segs = spec.segments
@@ -279,6 +289,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         raise ValueError(f"a row stored a vector at a time must be one plain unpadded row a block in registers with "
                          f"per-column operands, got {G} groups, {segs} segments, {cluster} blocks a row, "
                          f"{span} elements over {threads} threads{', staged' if staged else ''}")
+    if f32_row and (not f32_rowable(spec) or staged or chunked):
+        raise ValueError("a row held in f32 must be a quantized or plain mean-and-variance row without a residual, "
+                         "in registers")
     vec = vector_elements(span, threads, dtype.itemsize)
     vectors = span // (threads * vec)
     if cluster > 1 and (not plain or hidden % cluster or masked):
@@ -404,7 +417,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         # Only the row's raw 16-bit values stay live across the block reductions; every f32 value
         # is recomputed from them where needed. Half the registers of an f32 copy, so more rows
         # are in flight per SM (the bound on these memory-bound kernels).
-        raw = T.alloc_shared((G, m), dt) if staged else row_fragment(dt)
+        raw = T.alloc_shared((G, m), dt) if staged else row_fragment(F32 if f32_row else dt)
         exchange = exchange_slots(len(slots), threads, cluster) if own_reducer else None
         stat = group_fragment()
         mean = group_fragment()
@@ -476,15 +489,15 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 T.call_extern("handle", "npuops_compiler_fence")
         elif spec.quant_min_scale is None:
             for g, j in T.Parallel(G, m):
-                raw[g, j] = T.Cast(dt, normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j))
+                raw[g, j] = T.Cast(raw.dtype, normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j))
             for g, j in T.Parallel(G, m):
                 if not masked or j < n:
-                    Y[at(row, g, j)] = raw[g, j]
+                    Y[at(row, g, j)] = T.Cast(dt, raw[g, j])
         else:
             # y is computed once, in f32, and held for the quantization: computing it again per
             # term of the absmax reduction read the weight (and bias) one element at a time there,
             # which TileLang cannot vectorize inside the reducer's unrolled loop.
-            y = row_fragment(F32)
+            y = raw if f32_row else row_fragment(F32)
             for g, j in T.Parallel(G, m):
                 y[g, j] = normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j)
             q = row_fragment("int8")
@@ -569,4 +582,4 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     return KernelSpec(main, tuple(params), outputs, returns,
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "rows_per_block": 1, "padded_to": padded,
                        "masked": masked, "prefetch": prefetch, "warp_reduce": own_reducer, "cluster": cluster,
-                       "welford": welford, "staged": staged, "chunked": chunked})
+                       "welford": welford, "staged": staged, "chunked": chunked, "f32_row": f32_row})
