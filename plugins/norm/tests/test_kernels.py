@@ -406,16 +406,18 @@ def test_many_rows_with_per_column_operands_offer_chunked_stores():
         rowwise_kernel(LAYER_NORM, (2048, 1000), torch.bfloat16, chunked=True)  # padded and masked
 
 
-def test_many_quantized_rows_offer_rows_held_in_f32():
-    """Many rows quantized to int8, or plain mean-and-variance rows, may hold the row in f32 from its
-    load, the output formed in its place (one f32 fragment, no second); decode rows, rows with a
-    residual and other rows not."""
+def test_many_layer_norm_rows_offer_rows_held_in_f32():
+    """Many plain mean-and-variance rows (quantized or not) may hold the row in f32 from its load,
+    the output formed in its place (one f32 fragment, no second); decode rows, rows with a residual
+    and other statistics not."""
     from npuops_norm.rowwise_kernel import launch_variants, rowwise_kernel
 
     held = [v for v in launch_variants(LAYER_NORM_QUANT, (2048, 16384), torch.bfloat16) if v.get("f32_row")]
     assert held and not any(v.get("chunked") or v.get("staged") for v in held)
-    residual_quant = RowNorm("rms", 1e-6, weight="w", residual=True, quant_min_scale=1e-8)
-    for spec, shape in [(LAYER_NORM_QUANT, (1, 16384)), (RMS, (2048, 16384)), (residual_quant, (2048, 8192))]:
+    assert any(v.get("f32_row") for v in launch_variants(LAYER_NORM, (2048, 4096), torch.bfloat16))
+    rms_quant = RowNorm("rms", 1e-6, weight="w", quant_min_scale=1e-8)
+    fused_add_layer_norm = RowNorm("meanvar", 1e-5, weight="w", bias=True, residual=True)
+    for spec, shape in [(LAYER_NORM_QUANT, (1, 16384)), (rms_quant, (2048, 16384)), (fused_add_layer_norm, (2048, 8192))]:
         assert not any(v.get("f32_row") for v in launch_variants(spec, shape, torch.bfloat16))
     source = compile_kernel(rowwise_kernel(LAYER_NORM_QUANT, (2048, 4096), torch.bfloat16, threads=128,
                                            f32_row=True).prim_func, arch="sm_90").get_kernel_source()
@@ -436,7 +438,7 @@ def test_every_chunked_row_passes_the_gate_on_the_gpu(op_name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op_name", ["LayerNormQuantFwd", "RMSNormQuantFwd", "LayerNormFwd", "AdaLayerNormFwd"])
+@pytest.mark.parametrize("op_name", ["LayerNormQuantFwd", "LayerNormFwd", "AdaLayerNormFwd"])
 def test_every_row_held_in_f32_passes_the_gate_on_the_gpu(op_name):
     """Every launch variant that holds rows in f32, on the catalog's many-row workloads
     and odd shapes (7168 wide: 7 vectors a thread at 128 threads; 1000 wide: padded and masked)."""
