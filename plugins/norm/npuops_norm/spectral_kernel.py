@@ -281,8 +281,8 @@ def _scale(rows: int, cols: int, dt: str, threads: int = ROW_THREADS, pdl: bool 
 COOPERATIVE_VECTORS_IN_FLIGHT = 16  # 16-byte loads of W each thread has in flight in passes 1 and 3
 COOPERATIVE_MAX_COLUMNS_PER_THREAD = 32  # pass 1's accumulators, in registers
 # A block's shared memory (sm_90's most, less some for the passes' small exchanges): the rows of its
-# slab that fit it are held there from pass 1 on, so passes 3 and 4 read them from no cache at all,
-# and the L2 has only the others to keep.
+# slab that fit are held there from pass 1 on, so passes 3 and 4 read them there, and the L2 has
+# only the others to keep.
 SHARED_BYTES, SHARED_SPARE = 227 * 1024, 4096
 T_PIECE = 4096  # columns of t (f32) in shared memory at a time
 
@@ -346,7 +346,7 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
             for g, c in T.Parallel(1, cols):
                 acc[g, c] = 0.0
             for start, count, hold in ((0, held, True), (held, slab - held, False)):
-                # row_unroll rows at a time (their loads in flight together), then the rest
+                # in_flight rows at a time (their loads in flight together), then the rest
                 for steps, unroll, offset in ((count // in_flight, in_flight, 0),
                                               (1, count % in_flight, count - count % in_flight)):
                     for step in T.serial(steps if unroll else 0):
@@ -385,10 +385,10 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
                     t_squared[0] += warp_sums[k]
                 Squares[b] = t_squared[0]
             T.sync_grid()
-            # 3. z = W t over the slab, a warp a row: the rows not held last first (pass 1 read them
-            # last: the likeliest still in L2), then the held ones; t a piece at a time (the rest
-            # of shared memory holds rows)
-            t_piece = T.alloc_shared((piece,), F32)
+            # 3. z = W t over the slab, a warp a row (the last rows first where a warp has several:
+            # pass 1 read them last, the likeliest still in L2); t a piece at a time, the rest of
+            # shared memory holding rows
+            t_part = T.alloc_shared((piece,), F32)
             w = T.alloc_local((dot_unroll, vec), dt)
             tv = T.alloc_local((vec,), F32)
             dots = T.alloc_local((rows_per_warp, vec), F32)  # a sum per element of a vector: no chain
@@ -401,7 +401,7 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
             for q in T.serial(cols // piece):
                 T.sync_threads()  # every warp is done with the last piece
                 for c in T.Parallel(piece):
-                    t_piece[c] = Tv[q * piece + c]
+                    t_part[c] = Tv[q * piece + c]
                 T.sync_threads()
                 for i in T.unroll(rows_per_warp):
                     if i * warps + warp < slab:
@@ -414,7 +414,7 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
                                                              W[first + r, column])
                             for k in T.unroll(dot_unroll):
                                 for e in T.vectorized(vec):
-                                    tv[e] = t_piece[((v * dot_unroll + k) * 32 + lane) * vec + e]
+                                    tv[e] = t_part[((v * dot_unroll + k) * 32 + lane) * vec + e]
                                 for e in T.unroll(vec):
                                     dots[i, e] += T.Cast(F32, w[k, e]) * tv[e]
             z_squared[0] = 0.0
@@ -467,8 +467,8 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
                           threads: int | None = None, row_chunks: int | None = None,
                           cluster: int | None = None, pdl: bool | None = None, cooperative: bool = False) -> Callable:
     """fn(weight, u, v) -> (weight / sigma, u', v'); v is not read (v' depends on W and u only).
-    ``threads``, ``row_chunks``, ``cluster`` and ``pdl``: a launch configuration from :func:`launch_variants`
-    (by default its first)."""
+    ``threads``, ``row_chunks``, ``cluster``, ``pdl`` and ``cooperative``: a launch configuration from
+    :func:`launch_variants` (by default its first)."""
     rows, cols = shape
     dt = tilelang_dtype(dtype)
     if threads is None:  # the first launch variant's
