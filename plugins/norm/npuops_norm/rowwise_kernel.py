@@ -415,9 +415,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
 
     @T.macro
     def normalize_row(X, W, B, R, Shift, Scale, Gain, Y, Q, S, row):
-        # Only the row's raw 16-bit values stay live across the block reductions; every f32 value
-        # is recomputed from them where needed. Half the registers of an f32 copy, so more rows
-        # are in flight per SM (the bound on these memory-bound kernels).
+        # By default only the row's raw 16-bit values stay live across the block reductions; every
+        # f32 value is recomputed from them where needed. Half the registers of an f32 copy, so more
+        # rows are in flight per SM (the bound on these memory-bound kernels); f32_row trades that
+        # for one conversion per element.
         raw = T.alloc_shared((G, m), dt) if staged else row_fragment(F32 if f32_row else dt)
         exchange = exchange_slots(len(slots), threads, cluster) if own_reducer else None
         stat = group_fragment()

@@ -321,7 +321,7 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
 
     vec = 8
     slab, chunk = rows // blocks, cols // blocks  # this block's rows, and columns of t it sums
-    held = held_rows(rows, cols, itemsize, blocks)
+    held = held_rows(rows, cols, itemsize, blocks)  # at least 3 rows of 16384 f32 columns: cooperative_fits
     per_row = cols // (threads * vec)  # vectors of a row per thread (pass 1)
     in_flight = max(1, COOPERATIVE_VECTORS_IN_FLIGHT // per_row)  # rows
     summers = threads // chunk  # threads summing each column of t (pass 2)
@@ -340,7 +340,7 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
             lane, warp = tx % 32, tx // 32
             first = b * slab
             # 1. P[b, :] = this slab's Wᵀu; its first rows kept
-            held_w = T.alloc_shared((max(held, 1), cols), dt)
+            held_w = T.alloc_shared((held, cols), dt)
             acc = T.alloc_fragment((1, cols), F32)
             T.annotate_layout({acc: thread_major(cols, threads, itemsize)})  # whole 16-byte vectors of W
             for g, c in T.Parallel(1, cols):
@@ -410,7 +410,7 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
                             for k in T.unroll(dot_unroll):
                                 for e in T.vectorized(vec):
                                     column = q * piece + ((v * dot_unroll + k) * 32 + lane) * vec + e
-                                    w[k, e] = T.if_then_else(r < held, held_w[T.min(r, held - 1) if held else 0, column],
+                                    w[k, e] = T.if_then_else(r < held, held_w[T.min(r, held - 1), column],
                                                              W[first + r, column])
                             for k in T.unroll(dot_unroll):
                                 for e in T.vectorized(vec):
@@ -463,6 +463,11 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
     return main
 
 
+def _outputs_like(weight, u, v):
+    """W / sigma, u' and v', each like its input."""
+    return torch.empty_like(weight), torch.empty_like(u), torch.empty_like(v)
+
+
 def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float, device: torch.device,
                           threads: int | None = None, row_chunks: int | None = None,
                           cluster: int | None = None, pdl: bool | None = None, cooperative: bool = False) -> Callable:
@@ -477,7 +482,6 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
         pdl = default.get("pdl", False) if pdl is None else pdl
         cooperative = default.get("cooperative", False)
     cluster, pdl = cluster or 1, bool(pdl)
-    row_chunks = row_chunks or default_row_chunks(rows, cols)
     if cooperative:
         sms = torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else H200_SMS
         blocks = cooperative_blocks(rows, cols, min(sms, H200_SMS))
@@ -488,7 +492,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
             p, t, squares, z, z_squares = (torch.empty((blocks, cols), **f32), torch.empty(cols, **f32),
                                            torch.empty(blocks, **f32), torch.empty(rows, **f32),
                                            torch.empty(blocks, **f32))
-            out, u_out, v_out = torch.empty_like(weight), torch.empty_like(u), torch.empty_like(v)
+            out, u_out, v_out = _outputs_like(weight, u, v)
             kernel(weight, u, out, u_out, v_out, p, t, squares, z, z_squares)
             return out, u_out, v_out
 
@@ -498,14 +502,14 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
         kernel = compile_kernel(_single_row(cols, dt, dtype.itemsize, eps, threads, cluster))
 
         def one_row(weight, u, v):
-            out = torch.empty_like(weight)
-            u_out, v_out = torch.empty_like(u), torch.empty_like(v)
+            out, u_out, v_out = _outputs_like(weight, u, v)
             kernel(weight, u, out, u_out, v_out)
             return out, u_out, v_out
 
         one_row.config = {"kernels": 1, "threads": threads, "cluster": cluster}
         return one_row
 
+    row_chunks = row_chunks or default_row_chunks(rows, cols)
     partials, sum_partials, row_dots, finish, scale = (
         compile_kernel(_column_partials(rows, cols, dt, row_chunks, pdl)),
         compile_kernel(_sum_partials(cols, row_chunks, pdl)), compile_kernel(_row_dots(rows, cols, dt, threads, pdl)),
@@ -516,7 +520,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
         p, t, squares, z, sigma = (torch.empty((row_chunks, cols), **f32), torch.empty(cols, **f32),
                                    torch.empty(cols // SUM_TILE, **f32), torch.empty(rows, **f32),
                                    torch.empty(1, **f32))
-        out, u_out, v_out = torch.empty_like(weight), torch.empty_like(u), torch.empty_like(v)
+        out, u_out, v_out = _outputs_like(weight, u, v)
         partials(weight, u, p)
         sum_partials(p, t, squares)
         row_dots(weight, t, z)
