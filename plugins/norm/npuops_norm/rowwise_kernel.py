@@ -76,8 +76,8 @@ WIDE_ROW_BLOCKS_PER_SM = 4
 def elements_per_thread(spec: RowNorm, rows: int, hidden: int) -> int:
     if rows <= FEW_ROWS:
         return FEW_ROWS_ELEMENTS_PER_THREAD
-    if spec.stat == "meanvar" and chunkable(spec) and hidden >= WIDE_ROW:
-        return ELEMENTS_PER_THREAD  # LayerNorm 2048 x 16384: 512 x 2 37.52 µs, 256 x 2 38.88 (h200-s17a)
+    if spec.stat == "meanvar" and chunkable(spec) and hidden >= WIDE_ROW and not holds_f32(spec, rows):
+        return ELEMENTS_PER_THREAD  # LayerNorm 2048 x 16384 in 16 bits: 512 x 2 37.52 µs, 256 x 2 38.88 (h200-s17a)
     wide = hidden >= (MEANVAR_WIDE_ROW if spec.stat == "meanvar" else WIDE_ROW)
     return WIDE_ROW_ELEMENTS_PER_THREAD if rows > ONE_WAVE_ROWS and wide else ELEMENTS_PER_THREAD
 
@@ -87,6 +87,15 @@ def light(spec: RowNorm) -> bool:
     epilogue."""
     return (stageable(spec) and spec.stat in ("rms", "l2", "l1") and not spec.residual
             and spec.quant_min_scale is None and not spec.modulated)
+
+
+def holds_f32(spec: RowNorm, rows: int) -> bool:
+    """The rule's ``f32_row``: many plain LayerNorm rows, quantized or not, held in f32 from their
+    load. In h200-s18c it was as fast or faster at the rule's launch on every such row measured:
+    LayerNormQuant 2048 x 16384 bf16 35.07 -> 31.65 µs, x 8192 18.75 -> 17.47, f16 32.10 -> 31.36
+    and 17.22 -> 17.22; LayerNorm 2048 x 8192 19.63 -> 18.98, x 4096 12.21 -> 12.18, and x 16384
+    37.57 at 512 threads (32 elements, 16 bits) -> 37.15 at 256 (64 in f32: at 512 they spilled)."""
+    return rows > FEW_ROWS and f32_rowable(spec) and spec.stat == "meanvar" and not spec.modulated
 
 
 def min_blocks_per_sm(spec: RowNorm, rows: int, hidden: int, threads: int) -> int:
@@ -175,8 +184,8 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         # there; narrower rows ran faster with every load ahead (LayerNorm 4096 wide 12.42 against 11.97).
         variants += [{**config, "chunked": True} for config in variants
                      if config["min_blocks"] > 1 and not config.get("prefetch") and hidden % config["threads"] == 0]
-    if rows > FEW_ROWS and f32_rowable(spec):
-        variants += [{**config, "f32_row": True} for config in variants if not config.get("chunked")]
+    if rows > FEW_ROWS and f32_rowable(spec):  # the other choice than the rule's (holds_f32)
+        variants += [{**config, "f32_row": not holds_f32(spec, rows)} for config in variants if not config.get("chunked")]
     if rows > FEW_ROWS and stageable(spec):
         # Staged: the register variants' block counts and as many blocks as shared memory holds,
         # where that leaves at least the smallest register cap.
@@ -242,7 +251,7 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
 def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1,
                    threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
                    tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True,
-                   staged: bool = False, chunked: bool = False, f32_row: bool = False) -> KernelSpec:
+                   staged: bool = False, chunked: bool = False, f32_row: bool | None = None) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
@@ -254,7 +263,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     a centered sum; ``staged`` copies a plain row (and its residual) into shared memory with cp.async
     rather than into registers (:func:`stageable`); ``chunked`` forms and stores the output a vector
     a thread at a time (:func:`chunkable`); ``f32_row`` holds the row in f32 from its load on
-    (:func:`f32_rowable`), converted once rather than at each use, the output formed in its place."""
+    (:func:`f32_rowable`), converted once rather than at each use, the output formed in its place
+    (by default as :func:`holds_f32` says, where the row is neither staged nor chunked)."""
     import tilelang.language as T
 
     segs = spec.segments
@@ -291,6 +301,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         raise ValueError(f"a row stored a vector at a time must be one plain unpadded row a block in registers with "
                          f"per-column operands, got {G} groups, {segs} segments, {cluster} blocks a row, "
                          f"{span} elements over {threads} threads{', staged' if staged else ''}")
+    if f32_row is None:
+        f32_row = holds_f32(spec, rows) and not staged and not chunked
     if f32_row and (not f32_rowable(spec) or staged or chunked):
         raise ValueError("a row held in f32 must be a plain mean-and-variance row without a residual, in registers")
     vec = vector_elements(span, threads, dtype.itemsize)

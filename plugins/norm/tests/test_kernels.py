@@ -238,12 +238,11 @@ def test_non_contiguous_input_is_rejected():
     (RMS, 3, 12288, 128, 1, 6), (RMS, 1, 32768, 256, 1, 8), (RMS, 1, 7168, 128, 1, 1), (RMS, 16, 16384, 512, 1, 1),
     (RMS, 64, 32768, 1024, 1, 1), (RMS, 133, 4096, 128, 2, 1), (RMS, 2048, 8192, 256, 2, 1),
     (RMS, 2048, 16384, 256, 4, 1), (FUSED_ADD_RMS, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 8192, 128, 4, 1),
-    (LAYER_NORM, 2048, 16384, 512, 2, 1), (LAYER_NORM_QUANT, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 4096, 128, 2, 1)])
+    (LAYER_NORM, 2048, 16384, 256, 2, 1), (LAYER_NORM_QUANT, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 4096, 128, 2, 1)])
 def test_launch_rule(spec, rows, hidden, threads, blocks, cluster):
     """Many rows: ~32 elements per thread, registers for two blocks per SM where the rows outnumber
-    the SMs, and 64 a thread on rows 16384 wide (LayerNorm's 8192, but not its 16384-wide rows with
-    per-column operands), with four blocks where that stays within 128 registers or the row is
-    light; a few (decode): ~8 per thread, registers
+    the SMs, and 64 a thread on rows 16384 wide (LayerNorm's 8192), with four blocks where that
+    stays within 128 registers or the row is light; a few (decode): ~8 per thread, registers
     unbounded, and a row 4 to 8 slices of 2048 wide split over a cluster of blocks, 16 elements per
     thread."""
     from npuops_norm.rowwise_kernel import rowwise_kernel
@@ -412,12 +411,18 @@ def test_many_layer_norm_rows_offer_rows_held_in_f32():
     and other statistics not."""
     from npuops_norm.rowwise_kernel import launch_variants, rowwise_kernel
 
-    held = [v for v in launch_variants(LAYER_NORM_QUANT, (2048, 16384), torch.bfloat16) if v.get("f32_row")]
-    assert held and not any(v.get("chunked") or v.get("staged") for v in held)
-    assert any(v.get("f32_row") for v in launch_variants(LAYER_NORM, (2048, 4096), torch.bfloat16))
+    choices = [v for v in launch_variants(LAYER_NORM_QUANT, (2048, 16384), torch.bfloat16) if "f32_row" in v]
+    assert choices and not any(v.get("chunked") or v.get("staged") for v in choices)
     rms_quant = RowNorm("rms", 1e-6, weight="w", quant_min_scale=1e-8)
     fused_add_layer_norm = RowNorm("meanvar", 1e-5, weight="w", bias=True, residual=True)
-    for spec, shape in [(LAYER_NORM_QUANT, (1, 16384)), (rms_quant, (2048, 16384)), (fused_add_layer_norm, (2048, 8192))]:
+    # The rule holds many LayerNorm rows in f32 (offering them in 16 bits), other rows in 16 bits.
+    for spec, shape, rule in [(LAYER_NORM, (2048, 8192), True), (LAYER_NORM_QUANT, (2048, 16384), True),
+                              (LAYER_NORM, (2048, 4096), True), (LAYER_NORM, (4, 8192), False)]:
+        assert rowwise_kernel(spec, shape, torch.bfloat16).config["f32_row"] == rule
+        assert {v.get("f32_row", rule) for v in launch_variants(spec, shape, torch.bfloat16)} == ({True, False} if shape[0] > 8 else {False})
+    assert not rowwise_kernel(LAYER_NORM, (2048, 8192), torch.bfloat16, staged=True).config["f32_row"]
+    for spec, shape in [(LAYER_NORM_QUANT, (1, 16384)), (rms_quant, (2048, 16384)), (fused_add_layer_norm, (2048, 8192)),
+                        (RMS, (2048, 16384))]:
         assert not any(v.get("f32_row") for v in launch_variants(spec, shape, torch.bfloat16))
     source = compile_kernel(rowwise_kernel(LAYER_NORM_QUANT, (2048, 4096), torch.bfloat16, threads=128,
                                            f32_row=True).prim_func, arch="sm_90").get_kernel_source()
@@ -442,8 +447,10 @@ def test_every_chunked_row_passes_the_gate_on_the_gpu(op_name):
 def test_every_row_held_in_f32_passes_the_gate_on_the_gpu(op_name):
     """Every launch variant that holds rows in f32, on the catalog's many-row workloads
     and odd shapes (7168 wide: 7 vectors a thread at 128 threads; 1000 wide: padded and masked)."""
-    checked, failures = gate_variants(op_name, [(4097, 7168), (133, 16384), (64, 1000)], lambda config: config.get("f32_row"),
-                                      seed=29)
+    rule = op_name in ("LayerNormFwd", "LayerNormQuantFwd")  # holds_f32: their many rows by default
+    checked, failures = gate_variants(
+        op_name, [(4097, 7168), (133, 16384), (64, 1000)],
+        lambda config: config.get("f32_row", rule) and not config.get("staged") and not config.get("chunked"), seed=29)
     assert checked >= 8 and not failures, "\n".join(failures)
 
 
