@@ -42,7 +42,6 @@ TileLang evaluates the prim_funcs' tensor annotations, which must see the enclos
 """
 
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -283,8 +282,8 @@ COOPERATIVE_MAX_COLUMNS_PER_THREAD = 32  # pass 1's accumulators, in registers
 # A block's shared memory (sm_90's most, less some for the passes' small exchanges): the rows of its
 # slab that fit are held there from pass 1 on, so passes 3 and 4 read them there, and the L2 has
 # only the others to keep.
-SHARED_BYTES, SHARED_SPARE = 227 * 1024, 4096
-T_PIECE = 4096  # columns of t (f32) in shared memory at a time
+SHARED_BYTES, SHARED_SPARE = 227 * 1024, 8192
+COOPERATIVE_MAX_SLAB = 32  # rows a block: pass 3 finishes a row's sum a thread, its warps' sums in the spare
 
 
 def cooperative_blocks(rows: int, cols: int, sms: int = H200_SMS) -> int:
@@ -298,18 +297,20 @@ def cooperative_blocks(rows: int, cols: int, sms: int = H200_SMS) -> int:
 
 def cooperative_fits(rows: int, cols: int, threads: int) -> bool:
     """Whether :func:`_cooperative` takes W [rows, cols] at ``threads``: whole 16-byte vectors a
-    thread in pass 1, at most COOPERATIVE_MAX_COLUMNS_PER_THREAD accumulators."""
-    return rows > 1 and cols % (threads * 8) == 0 and cols // threads <= COOPERATIVE_MAX_COLUMNS_PER_THREAD
+    thread, at most COOPERATIVE_MAX_COLUMNS_PER_THREAD accumulators (pass 1) and as many columns of t
+    (pass 3) a thread, at most COOPERATIVE_MAX_SLAB rows a block."""
+    return (rows > 1 and cols % (threads * 8) == 0 and cols // threads <= COOPERATIVE_MAX_COLUMNS_PER_THREAD
+            and rows // cooperative_blocks(rows, cols) <= COOPERATIVE_MAX_SLAB)
 
 
-def t_piece(cols: int) -> int:
-    """Columns of t in shared memory at a time in the cooperative kernel's pass 3."""
-    return math.gcd(cols, T_PIECE)
+def row_groups(count: int, in_flight: int) -> list[tuple[int, int, int]]:
+    """(steps, rows a step, first row) covering ``count`` rows in_flight at a time, then the rest."""
+    return [(count // in_flight, in_flight, 0), (1 if count % in_flight else 0, count % in_flight, count - count % in_flight)]
 
 
 def held_rows(rows: int, cols: int, itemsize: int, blocks: int) -> int:
-    """Rows of each block's slab the cooperative kernel holds in shared memory (beside a piece of t)."""
-    return min(rows // blocks, max(0, SHARED_BYTES - SHARED_SPARE - t_piece(cols) * 4) // (cols * itemsize))
+    """Rows of each block's slab the cooperative kernel holds in shared memory."""
+    return min(rows // blocks, max(0, SHARED_BYTES - SHARED_SPARE) // (cols * itemsize))
 
 
 def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threads: int, blocks: int):
@@ -325,10 +326,7 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
     per_row = cols // (threads * vec)  # vectors of a row per thread (pass 1)
     in_flight = max(1, COOPERATIVE_VECTORS_IN_FLIGHT // per_row)  # rows
     summers = threads // chunk  # threads summing each column of t (pass 2)
-    warps = threads // 32  # pass 3: a warp a row, t in pieces
-    rows_per_warp, piece = -(-slab // warps), t_piece(cols)
-    piece_vectors = piece // (32 * vec)
-    dot_unroll = math.gcd(piece_vectors, COOPERATIVE_VECTORS_IN_FLIGHT)
+    warps = threads // 32
 
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), U: T.Tensor((rows,), dt), Out: T.Tensor((rows, cols), dt),
@@ -347,9 +345,8 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
                 acc[g, c] = 0.0
             for start, count, hold in ((0, held, True), (held, slab - held, False)):
                 # in_flight rows at a time (their loads in flight together), then the rest
-                for steps, unroll, offset in ((count // in_flight, in_flight, 0),
-                                              (1, count % in_flight, count - count % in_flight)):
-                    for step in T.serial(steps if unroll else 0):
+                for steps, unroll, offset in row_groups(count, in_flight):
+                    for step in T.serial(steps):
                         for i in T.unroll(unroll):
                             for g, c in T.Parallel(1, cols):
                                 r = start + offset + step * unroll + i
@@ -385,54 +382,49 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
                     t_squared[0] += warp_sums[k]
                 Squares[b] = t_squared[0]
             T.sync_grid()
-            # 3. z = W t over the slab, a warp a row (the last rows first where a warp has several:
-            # pass 1 read them last, the likeliest still in L2); t a piece at a time, the rest of
-            # shared memory holding rows
-            t_part = T.alloc_shared((piece,), F32)
-            w = T.alloc_local((dot_unroll, vec), dt)
-            tv = T.alloc_local((vec,), F32)
-            dots = T.alloc_local((rows_per_warp, vec), F32)  # a sum per element of a vector: no chain
-            dot = T.alloc_local((1,), F32)
+            # 3. z = W t over the slab: each thread's share of t in registers (its columns of pass 1),
+            # rows streamed as in pass 1 (held ones from shared memory), each row's products summed
+            # over the warp, then over the block's warps
+            t_share = T.alloc_local((per_row, vec), F32)
+            w = T.alloc_local((in_flight, per_row, vec), dt)
+            dots = T.alloc_local((in_flight,), F32)
+            row_sums = T.alloc_shared((warps, slab), F32)
             z_squares = T.alloc_shared((warps,), F32)
             z_squared = T.alloc_local((1,), F32)
-            for i in T.unroll(rows_per_warp):
-                for e in T.unroll(vec):
-                    dots[i, e] = 0.0
-            for q in T.serial(cols // piece):
-                T.sync_threads()  # every warp is done with the last piece
-                for c in T.Parallel(piece):
-                    t_part[c] = Tv[q * piece + c]
-                T.sync_threads()
-                for i in T.unroll(rows_per_warp):
-                    if i * warps + warp < slab:
-                        r = slab - 1 - (i * warps + warp)  # in the slab
-                        for v in T.serial(piece_vectors // dot_unroll):
-                            for k in T.unroll(dot_unroll):
+            for j in T.unroll(per_row):
+                for e in T.vectorized(vec):
+                    t_share[j, e] = Tv[(j * threads + tx) * vec + e]
+            for start, count, hold in ((0, held, True), (held, slab - held, False)):
+                for steps, unroll, offset in row_groups(count, in_flight):
+                    for step in T.serial(steps):
+                        for i in T.unroll(unroll):
+                            r = start + offset + step * unroll + i
+                            dots[i] = 0.0
+                            for j in T.unroll(per_row):
                                 for e in T.vectorized(vec):
-                                    column = q * piece + ((v * dot_unroll + k) * 32 + lane) * vec + e
-                                    w[k, e] = T.if_then_else(r < held, held_w[T.min(r, held - 1), column],
-                                                             W[first + r, column])
-                            for k in T.unroll(dot_unroll):
-                                for e in T.vectorized(vec):
-                                    tv[e] = t_part[((v * dot_unroll + k) * 32 + lane) * vec + e]
+                                    if hold:
+                                        w[i, j, e] = held_w[r, (j * threads + tx) * vec + e]
+                                    else:
+                                        w[i, j, e] = W[first + r, (j * threads + tx) * vec + e]
                                 for e in T.unroll(vec):
-                                    dots[i, e] += T.Cast(F32, w[k, e]) * tv[e]
-            z_squared[0] = 0.0
-            for i in T.unroll(rows_per_warp):
-                if i * warps + warp < slab:
-                    dot[0] = 0.0
-                    for e in T.unroll(vec):
-                        dot[0] += dots[i, e]
-                    dot[0] = T.warp_reduce_sum(dot[0])
-                    z_squared[0] += dot[0] * dot[0]
-                    if lane == 0:
-                        Z[first + slab - 1 - (i * warps + warp)] = dot[0]
+                                    dots[i] += T.Cast(F32, w[i, j, e]) * t_share[j, e]
+                        for i in T.unroll(unroll):
+                            dots[i] = T.warp_reduce_sum(dots[i])
+                            if lane == 0:
+                                row_sums[warp, start + offset + step * unroll + i] = dots[i]
+            T.sync_threads()
+            z_squared[0], dots[0] = 0.0, 0.0
+            if tx < slab:  # cooperative_fits: slab <= 32 rows
+                for k in T.serial(warps):
+                    dots[0] += row_sums[k, tx]
+                Z[first + tx] = dots[0]
+                z_squared[0] = dots[0] * dots[0]
+            z_squared[0] = T.warp_reduce_sum(z_squared[0])
             if lane == 0:
                 z_squares[warp] = z_squared[0]
             T.sync_threads()
             if tx == 0:
-                z_squared[0] = 0.0
-                for k in T.serial(warps):
+                for k in T.serial(1, warps):
                     z_squared[0] += z_squares[k]
                 ZSquares[b] = z_squared[0]
             T.sync_grid()
