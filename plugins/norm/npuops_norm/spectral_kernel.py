@@ -15,9 +15,10 @@ s = W v' = z / nt:
 Many rows, the default (:func:`_cooperative`): all of it in one cooperative launch, a block an SM,
 each block a slab of rows, grid barriers between passes 1, 2, 3 and 4. Each slab's first rows stay
 in the block's shared memory from pass 1 on (all of them up to 4096 wide), so W is read from DRAM
-once where it fits there, and only the rest again. It beat the five launches below on every
-catalog prefill row in h200-s18b-spectral-f49a67c's tunings (2048 x 4096: 23.62 -> 19.20 µs; 8192:
-37.79 -> 29.50; 16384: 71.94 -> 62.37).
+once where it fits there, and only the rest again. Pass 3 streams the rows as pass 1 does, each
+thread holding its columns of t. It beat the five launches below on every catalog prefill row in
+h200-s18b-spectral-f49a67c's tunings (2048 x 4096: 23.62 -> 19.20 µs; 8192: 37.79 -> 29.50; 16384:
+71.94 -> 62.37); pass 3 streamed took h200-s19a-spectral-a6d6bb8's to 19.01, 27.46 and 54.94.
 
 The five-launch form, a launch variant (and the rule where the cooperative kernel's accumulators
 would not fit in registers): passes 1 (column tiles x row chunks, each thread keeping ROW_UNROLL
@@ -89,9 +90,9 @@ def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     # h200-s16a-norm-f17751a (W8 27.90 -> 23.87 µs, W5 41.70 -> 38.14 at 256 threads; W2 75.74 ->
     # 72.27 at 256 and 512 alike), 256 threads all but W3 (71.95 at 512 against 72.16).
     variants = [{"threads": t, "row_chunks": k} for t, k in pairs]
-    # The cooperative kernel first, at 256 threads where its accumulators fit (h200-s18b: 2048 x 4096
-    # 19.20 µs against 20.00 at 512, 8192 wide 29.50 against 30.91).
-    cooperative = [{"threads": t, "cooperative": True} for t in (ROW_THREADS // 2, ROW_THREADS) if cooperative_fits(rows, cols, t)]
+    # The cooperative kernel first, at 512 threads (h200-s19a: 2048 x 4096 19.01 µs against 19.17 at
+    # 256, 8192 wide 27.46 against 28.13), or 256 where 512 would not have whole vectors a thread.
+    cooperative = [{"threads": t, "cooperative": True} for t in (ROW_THREADS, ROW_THREADS // 2) if cooperative_fits(rows, cols, t)]
     return cooperative + [{**config, "pdl": True} for config in (variants[1], variants[0])] + variants
 
 

@@ -87,7 +87,8 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
 def test_spectral_norm_cooperative_kernel_compiles_with_a_grid_barrier_between_passes():
     from npuops_norm import spectral_kernel as sk
 
-    assert sk.launch_variants(2048, 8192)[0] == {"threads": 256, "cooperative": True}
+    assert sk.launch_variants(2048, 8192)[0] == {"threads": 512, "cooperative": True}
+    assert sk.launch_variants(1024, 2048)[0] == {"threads": 256, "cooperative": True}
     assert {v["threads"] for v in sk.launch_variants(2048, 8192) if v.get("cooperative")} == {256, 512}
     assert {v["threads"] for v in sk.launch_variants(2048, 16384) if v.get("cooperative")} == {512}  # 32 columns a thread
     assert not any(v.get("cooperative") for v in sk.launch_variants(1, 8192) + sk.launch_variants(2048, 32768))
