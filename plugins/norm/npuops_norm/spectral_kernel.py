@@ -328,6 +328,9 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
     in_flight = max(1, COOPERATIVE_VECTORS_IN_FLIGHT // per_row)  # rows
     summers = threads // chunk  # threads summing each column of t (pass 2)
     warps = threads // 32
+    # Rows not held that pass 4 takes from pass 3's registers: its last group (row_groups) of them.
+    streamed = slab - held
+    kept = streamed % in_flight or min(streamed, in_flight)
 
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), U: T.Tensor((rows,), dt), Out: T.Tensor((rows, cols), dt),
@@ -447,9 +450,16 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
                 UOut[first + r] = T.Cast(dt, Z[first + r] / nt / T.max(ns, eps))
             for c in T.Parallel(chunk):
                 VOut[b * chunk + c] = T.Cast(dt, Tv[b * chunk + c] / nt)
-            # the rows not held first: pass 3 read the first of them last
-            for r, c in T.Parallel(slab - held, cols):
+            # the rows read from DRAM again, then the last ones pass 3 left in registers, then the held
+            for r, c in T.Parallel(slab - held - kept, cols):
                 Out[first + held + r, c] = T.Cast(dt, T.Cast(F32, W[first + held + r, c]) * inv_sigma)
+            out = T.alloc_local((vec,), dt)
+            for i in T.unroll(kept):
+                for j in T.unroll(per_row):
+                    for e in T.unroll(vec):
+                        out[e] = T.Cast(dt, T.Cast(F32, w[i, j, e]) * inv_sigma)
+                    for e in T.vectorized(vec):
+                        Out[first + slab - kept + i, (j * threads + tx) * vec + e] = out[e]
             for r, c in T.Parallel(held, cols):
                 Out[first + r, c] = T.Cast(dt, T.Cast(F32, held_w[r, c]) * inv_sigma)
 
