@@ -18,7 +18,8 @@ in the block's shared memory from pass 1 on (all of them up to 4096 wide), so W 
 once where it fits there, and only the rest again. Pass 3 streams the rows as pass 1 does, each
 thread holding its columns of t. It beat the five launches below on every catalog prefill row in
 h200-s18b-spectral-f49a67c's tunings (2048 x 4096: 23.62 -> 19.20 µs; 8192: 37.79 -> 29.50; 16384:
-71.94 -> 62.37); pass 3 streamed took h200-s19a-spectral-a6d6bb8's to 19.01, 27.46 and 54.94.
+71.94 -> 62.37); pass 3 streamed took h200-s19a-spectral-a6d6bb8's to 19.01, 27.46 and 54.94, and
+pass 4 writing pass 3's last rows from registers took 16384 wide to 53.12 (h200-s19c-spectral-8778ef0).
 
 The five-launch form, a launch variant (and the rule where the cooperative kernel's accumulators
 would not fit in registers): passes 1 (column tiles x row chunks, each thread keeping ROW_UNROLL
