@@ -285,7 +285,8 @@ COOPERATIVE_MAX_COLUMNS_PER_THREAD = 32  # pass 1's accumulators, in registers
 # slab that fit are held there from pass 1 on, so passes 3 and 4 read them there, and the L2 has
 # only the others to keep.
 SHARED_BYTES, SHARED_SPARE = 227 * 1024, 8192
-COOPERATIVE_MAX_SLAB = 32  # rows a block: pass 3 finishes a row's sum a thread, its warps' sums in the spare
+COOPERATIVE_MAX_SLAB = 32  # rows a block: pass 3 ends each row's sum on a thread of its own, the warps' partial
+#                            sums of every row in the spare shared memory
 
 
 def cooperative_blocks(rows: int, cols: int, sms: int = H200_SMS) -> int:
@@ -318,14 +319,15 @@ def held_rows(rows: int, cols: int, itemsize: int, blocks: int) -> int:
 def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threads: int, blocks: int):
     """All five passes in one cooperative launch, each block a slab of rows, grid barriers where a
     pass needs the whole of the one before: W is read from DRAM once (pass 1), the first rows of
-    each slab held in shared memory (:func:`held_rows`), the others read again from the L2 where it
-    kept them; no launch or drain between passes."""
+    each slab held in shared memory (:func:`held_rows`), the others read again (from the L2 where it
+    kept them), but for the last few, which pass 3 leaves in registers for pass 4; no launch or drain
+    between passes."""
     import tilelang.language as T
 
     vec = 8
     slab, chunk = rows // blocks, cols // blocks  # this block's rows, and columns of t it sums
     held = held_rows(rows, cols, itemsize, blocks)  # at least 3 rows of 16384 f32 columns: cooperative_fits
-    per_row = cols // (threads * vec)  # vectors of a row per thread (pass 1)
+    per_row = cols // (threads * vec)  # vectors of a row per thread (passes 1 and 3)
     in_flight = max(1, COOPERATIVE_VECTORS_IN_FLIGHT // per_row)  # rows
     summers = threads // chunk  # threads summing each column of t (pass 2)
     warps = threads // 32
@@ -387,9 +389,9 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
                     t_squared[0] += warp_sums[k]
                 Squares[b] = t_squared[0]
             T.sync_grid()
-            # 3. z = W t over the slab: each thread's share of t in registers (its columns of pass 1),
-            # rows streamed as in pass 1 (held ones from shared memory), each row's products summed
-            # over the warp, then over the block's warps
+            # 3. z = W t over the slab: each thread's share of t in registers (the columns whose W
+            # vectors it loads), rows streamed as in pass 1 (held ones from shared memory), each row's
+            # products summed over the warp, then over the block's warps
             t_share = T.alloc_local((per_row, vec), F32)
             w = T.alloc_local((in_flight, per_row, vec), dt)
             dots = T.alloc_local((in_flight,), F32)
