@@ -145,14 +145,16 @@ def cluster_sharer(threads: int, cluster: int):
     return share
 
 
-def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1, groups: int = 1):
+def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1, groups: int = 1, together: bool = False):
     """A macro ``reduce(term, out, kind, exchange, slot)``: ``out[g]`` = the sum (``kind`` "sum") or
     max ("max", of non-negative terms) of ``term(g, j)`` over the ``length`` elements of each of
     ``groups`` groups of a row laid out by :func:`group_major` (one group: :func:`thread_major`);
     the warps' results meet in ``exchange[slot, :]`` (:func:`exchange_slots`). Every thread gets
     the result (of several groups, its own group's: ``out`` laid out by :func:`group_values`). With
     ``cluster`` > 1 the row (one group) is split over the blocks of a cluster
-    (:func:`cluster_kernel`), ``length`` elements each, and the result is the whole row's."""
+    (:func:`cluster_kernel`), ``length`` elements each, and the result is the whole row's. With
+    ``together``, the macro ``reduce(reductions, exchange)`` instead: several ``(term, out, kind,
+    slot)`` at once, behind one barrier (and one cluster barrier)."""
     import tilelang.language as T
 
     assert groups == 1 or (cluster == 1 and reduces_groups(groups, threads, length))
@@ -166,30 +168,42 @@ def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1, gr
     share = cluster_sharer(threads, cluster)
 
     @T.macro
-    def reduce(term, out, kind, exchange, slot):
-        part = T.alloc_fragment((threads,), F32)
-        T.annotate_layout({part: thread_owned((threads,), 0)})
-        for t in T.Parallel(threads):
-            part[t] = 0.0
-            for k in T.unroll(vectors_per_thread):  # unrolled: the row stays in registers
-                for v in T.unroll(vec):
-                    part[t] = combine[kind](part[t], term(t // lanes, (k * lanes + t % lanes) * vec + v))
-            part[t] = warp_reduce[kind](part[t])
-            if t % WARP == 0:
-                exchange[warp_slot(slot, t // WARP, cluster)] = part[t]
+    def reduce_together(reductions, exchange):
+        # Each reduction's out is named through the tuple, never bound to a name of its own: a buffer
+        # bound to a new name would be renamed in the kernel.
+        for reduction in reductions:
+            term, kind, slot = reduction[0], reduction[2], reduction[3]
+            part = T.alloc_fragment((threads,), F32)
+            T.annotate_layout({part: thread_owned((threads,), 0)})
+            for t in T.Parallel(threads):
+                part[t] = 0.0
+                for k in T.unroll(vectors_per_thread):  # unrolled: the row stays in registers
+                    for v in T.unroll(vec):
+                        part[t] = combine[kind](part[t], term(t // lanes, (k * lanes + t % lanes) * vec + v))
+                part[t] = warp_reduce[kind](part[t])
+                if t % WARP == 0:
+                    exchange[warp_slot(slot, t // WARP, cluster)] = part[t]
         T.sync_threads()
-        for g in T.Parallel(groups):
-            out[g] = 0.0
-            for w in T.unroll(warps):
-                out[g] = combine[kind](out[g], exchange[warp_slot(slot, g * warps + w, cluster)])
+        for reduction in reductions:
+            kind, slot = reduction[2], reduction[3]
+            for g in T.Parallel(groups):
+                reduction[1][g] = 0.0
+                for w in T.unroll(warps):
+                    reduction[1][g] = combine[kind](reduction[1][g], exchange[warp_slot(slot, g * warps + w, cluster)])
         if cluster > 1:
-            share(exchange, ((slot, out[0]),))
-            for g in T.Parallel(1):
-                out[g] = exchange[slot, 1, 0]
-                for b in T.unroll(1, cluster):
-                    out[g] = combine[kind](out[g], exchange[slot, 1, b])
+            share(exchange, tuple((reduction[3], reduction[1][0]) for reduction in reductions))
+            for reduction in reductions:
+                kind, slot = reduction[2], reduction[3]
+                for g in T.Parallel(1):
+                    reduction[1][g] = exchange[slot, 1, 0]
+                    for b in T.unroll(1, cluster):
+                        reduction[1][g] = combine[kind](reduction[1][g], exchange[slot, 1, b])
 
-    return reduce
+    @T.macro
+    def reduce(term, out, kind, exchange, slot):
+        reduce_together(((term, out, kind, slot),), exchange)
+
+    return reduce_together if together else reduce
 
 
 def moments_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):

@@ -355,13 +355,17 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         """AdaLN's shift or scale for element j of group g of ``row`` (its sample's), in f32."""
         return T.Cast(F32, V[g, j] if prefetch else V[row // rows_per_sample, col(g, j)])
 
+    def weighted(y, W, g, j):
+        """y times the weight of element j of group g (as the spec has it)."""
+        if spec.weight == "w":
+            return y * affine(W, g, j)
+        if spec.weight == "1+w":
+            return y * (1.0 + affine(W, g, j))
+        return y
+
     def normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j):
         """Element j of group g of the output row, in f32."""
-        y = centered(raw, mean, g, j) * stat[g]
-        if spec.weight == "w":
-            y = y * affine(W, g, j)
-        if spec.weight == "1+w":
-            y = y * (1.0 + affine(W, g, j))
+        y = weighted(centered(raw, mean, g, j) * stat[g], W, g, j)
         if spec.bias:
             y = y + affine(B, g, j)
         if spec.modulated:
@@ -403,7 +407,19 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             return in_row(j, T.abs(y[g, j]))
         return term
 
+    def weighted_magnitudes(raw, W):
+        """|x w|: an RMS row's |y| over 1 / rms, so its max is taken with the sum of squares."""
+        def term(g, j):
+            return T.abs(weighted(value(raw, g, j), W, g, j))
+        return term
+
     reduce_own = block_reducer(threads, m, dtype.itemsize, cluster, G) if own_reducer else None
+    # An RMS row quantized without bias or modulation, its weight loaded with it: y = x w / rms, so
+    # max |y| = max |x w| / rms, reduced with the sum of squares behind the same barrier, and
+    # q = x w (1 / (rms scale)) formed without y.
+    absmax_with_statistic = (own_reducer and prefetch and spec.quant_min_scale is not None and spec.stat == "rms"
+                             and not spec.bias and not spec.modulated)
+    reduce_together = block_reducer(threads, m, dtype.itemsize, cluster, G, together=True) if absmax_with_statistic else None
     welford = welford and plain and not masked and spec.stat == "meanvar"
     reduce_moments = moments_reducer(threads, m, dtype.itemsize, cluster) if welford else None
     # A row's reductions, each with an exchange slot of its own (Welford's takes the first two).
@@ -475,7 +491,12 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 reduce_row(values_of(raw), mean, "sum", exchange, slots["mean"])
                 for g in T.Parallel(G):
                     mean[g] = mean[g] / n
-            reduce_row(statistic_terms(raw, mean), stat, "sum", exchange, slots["statistic"])
+            if absmax_with_statistic:
+                scale = group_fragment()
+                reduce_together(((statistic_terms(raw, mean), stat, "sum", slots["statistic"]),
+                                 (weighted_magnitudes(raw, W), scale, "max", slots["absmax"])), exchange)
+            else:
+                reduce_row(statistic_terms(raw, mean), stat, "sum", exchange, slots["statistic"])
         if segs > 1:
             joint = T.alloc_fragment((1,), F32)
             T.reduce_sum(stat, joint, dim=0)
@@ -507,6 +528,18 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             for g, j in T.Parallel(G, m):
                 if not masked or j < n:
                     Y[at(row, g, j)] = T.Cast(dt, raw[g, j])
+        elif absmax_with_statistic:
+            q = row_fragment("int8")
+            for g in T.Parallel(G):
+                scale[g] = T.max(scale[g] * stat[g] / 127.0, spec.quant_min_scale)
+                S[row, 0] = scale[g]
+                scale[g] = stat[g] / scale[g]  # q = x w / (rms scale), rounded as below
+            for g, j in T.Parallel(G, m):
+                q[g, j] = T.Cast("int8", T.reinterpret(weighted(value(raw, g, j), W, g, j) * scale[g] + ROUNDING_MAGIC,
+                                                       "int32"))
+            for g, j in T.Parallel(G, m):
+                if not masked or j < n:
+                    Q[at(row, g, j)] = q[g, j]
         else:
             # y is computed once, in f32, and held for the quantization: computing it again per
             # term of the absmax reduction read the weight (and bias) one element at a time there,

@@ -268,6 +268,21 @@ def test_cluster_split_rows_meet_once(stat, values):
     assert body.index("tl::cluster_wait()") > body.rindex("(X +")  # the row's loads are issued first
 
 
+@pytest.mark.parametrize("rows,prefetch,barriers", [(1, None, 1), (2048, True, 1), (2048, None, 2)])
+def test_rms_quant_rows_with_their_weight_take_the_absmax_with_the_sum_of_squares(rows, prefetch, barriers):
+    """With the weight in registers, an RMS row's max |x w| (its max |y| times rms) is reduced with
+    its sum of squares behind one barrier (a decode row: one cluster barrier), and q formed from
+    x w without y; otherwise the absmax of y is a second reduction."""
+    from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
+
+    spec = rowwise_kernel(RowNorm("rms", 1e-6, weight="w", quant_min_scale=1e-8), (rows, 16384), torch.bfloat16,
+                          prefetch=prefetch)
+    source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+    body = source[source.index("__launch_bounds__"):]
+    assert body.count("__syncthreads()") + body.count("tl::cluster_sync()") == barriers * (2 if rows == 1 else 1)
+    assert body.count("warp_reduce_max") == 1 and body.count("warp_reduce_sum") == 1
+
+
 @pytest.mark.parametrize("welford,barriers", [(True, 1), (False, 2)])
 def test_layer_norm_takes_mean_and_variance_in_one_reduction(welford, barriers):
     """Welford: each thread's moments, merged across the warp by shuffles, then the warps' in one
@@ -430,6 +445,17 @@ def test_many_layer_norm_rows_offer_rows_held_in_f32():
     assert len(re.findall(r"float \w+\[32\];", source)) == 1 and "bfloat16_t raw[" not in source
     with pytest.raises(ValueError, match="held in f32"):
         rowwise_kernel(FUSED_ADD_RMS, (2048, 4096), torch.bfloat16, f32_row=True)
+
+
+@pytest.mark.gpu
+def test_every_rms_quant_row_with_its_weight_loaded_passes_the_gate_on_the_gpu():
+    """Every RMSNormQuant launch variant of many rows that loads the weight with the row (the absmax
+    reduced with the sum of squares; decode rows do so by default, gated with every workload), on
+    the catalog's workloads and odd shapes (7168 wide; 1000 wide, padded and masked; 133 and 4097
+    rows)."""
+    checked, failures = gate_variants("RMSNormQuantFwd", [(4097, 7168), (133, 16384), (64, 1000)],
+                                      lambda config: config.get("prefetch"), seed=31)
+    assert checked >= 8 and not failures, "\n".join(failures)
 
 
 @pytest.mark.gpu
