@@ -76,6 +76,8 @@ WIDE_ROW_BLOCKS_PER_SM = 4
 def elements_per_thread(spec: RowNorm, rows: int, hidden: int) -> int:
     if rows <= FEW_ROWS:
         return FEW_ROWS_ELEMENTS_PER_THREAD
+    if absmax_joins_statistic(spec):
+        return ELEMENTS_PER_THREAD  # RMSNormQuant 2048 x 16384 bf16: 512 x 2 26.72 µs, 256 x 2 31.20 (h200-s19d)
     if spec.stat == "meanvar" and chunkable(spec) and hidden >= WIDE_ROW and not holds_f32(spec, rows):
         return ELEMENTS_PER_THREAD  # LayerNorm 2048 x 16384 in 16 bits: 512 x 2 37.52 µs, 256 x 2 38.88 (h200-s17a)
     wide = hidden >= (MEANVAR_WIDE_ROW if spec.stat == "meanvar" else WIDE_ROW)
@@ -96,6 +98,16 @@ def holds_f32(spec: RowNorm, rows: int) -> bool:
     and 17.22 -> 17.22; LayerNorm 2048 x 8192 19.63 -> 18.98, x 4096 12.21 -> 12.18, and x 16384
     37.57 at 512 threads (32 elements, 16 bits) -> 37.15 at 256 (64 in f32: at 512 they spilled)."""
     return rows > FEW_ROWS and f32_rowable(spec) and spec.stat == "meanvar" and not spec.modulated
+
+
+def absmax_joins_statistic(spec: RowNorm) -> bool:
+    """Quantized RMS rows without bias or modulation: y = x w / rms, so max |y| = max |x w| / rms,
+    reduced with the sum of squares behind the same barrier once the weight is loaded with the row
+    (the rule's ``prefetch`` for them), and q formed from x w without y. At the rule's launch in
+    h200-s19d's tunings, against the weight read after two reductions: RMSNormQuant 2048 x 16384
+    bf16 29.34 -> 26.72 µs, f16 29.49 -> 27.94, x 8192 15.79 -> 14.91 and 15.87 -> 15.87, x 4096
+    10.69 -> 9.70; decode 405b 5.06 -> 4.32 (s17c against s19d)."""
+    return spec.quant_min_scale is not None and spec.stat == "rms" and not spec.bias and not spec.modulated
 
 
 def min_blocks_per_sm(spec: RowNorm, rows: int, hidden: int, threads: int) -> int:
@@ -177,7 +189,8 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
             if config not in variants:
                 variants.append(config)
     if rows > FEW_ROWS and (spec.weight is not None or spec.bias or spec.modulated or spec.stat == "l2_gain"):
-        variants += [{**config, "prefetch": True} for config in variants if config["min_blocks"] > 1]
+        # the other choice than the rule's (absmax_joins_statistic)
+        variants += [{**config, "prefetch": not absmax_joins_statistic(spec)} for config in variants if config["min_blocks"] > 1]
     if rows > FEW_ROWS and chunkable(spec) and hidden >= WIDE_ROW:
         # Stored a vector at a time: of h200-s17a-chunked-probe's 13 tunings they won the two
         # LayerNorm rows 16384 wide (36.90 against 37.52 µs, 34.94 against 35.65) and tied FusedAddRMS
@@ -344,9 +357,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # With few rows (decode) the weight, bias, gain and AdaLN's shift and scale are loaded with the
     # row, so their DRAM latency overlaps the row's instead of following the reduction; W, B, Shift
     # and Scale are then (G, m) fragments. With many rows that costs registers (fewer rows in flight
-    # per SM): a tuning choice.
+    # per SM): a tuning choice, but for rows whose absmax joins their statistic.
     if prefetch is None:
-        prefetch = rows <= FEW_ROWS
+        prefetch = rows <= FEW_ROWS or absmax_joins_statistic(spec)
 
     def affine(V, g, j):
         return T.Cast(F32, V[g, j] if prefetch else V[col(g, j)])
@@ -414,11 +427,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         return term
 
     reduce_own = block_reducer(threads, m, dtype.itemsize, cluster, G) if own_reducer else None
-    # An RMS row quantized without bias or modulation, its weight loaded with it: y = x w / rms, so
-    # max |y| = max |x w| / rms, reduced with the sum of squares behind the same barrier, and
-    # q = x w (1 / (rms scale)) formed without y.
-    absmax_with_statistic = (own_reducer and prefetch and spec.quant_min_scale is not None and spec.stat == "rms"
-                             and not spec.bias and not spec.modulated)
+    absmax_with_statistic = own_reducer and prefetch and absmax_joins_statistic(spec)
     reduce_together = block_reducer(threads, m, dtype.itemsize, cluster, G, together=True) if absmax_with_statistic else None
     welford = welford and plain and not masked and spec.stat == "meanvar"
     reduce_moments = moments_reducer(threads, m, dtype.itemsize, cluster) if welford else None

@@ -42,6 +42,7 @@ RMS = RowNorm("rms", 1e-6, weight="w")
 FUSED_ADD_RMS = RowNorm("rms", 1e-6, weight="w", residual=True)
 LAYER_NORM = RowNorm("meanvar", 1e-5, weight="w", bias=True)
 LAYER_NORM_QUANT = RowNorm("meanvar", 1e-5, weight="w", bias=True, quant_min_scale=1e-8)
+RMS_QUANT = RowNorm("rms", 1e-6, weight="w", quant_min_scale=1e-8)
 
 
 def row_spec(op, w):
@@ -239,11 +240,13 @@ def test_non_contiguous_input_is_rejected():
     (RMS, 3, 12288, 128, 1, 6), (RMS, 1, 32768, 256, 1, 8), (RMS, 1, 7168, 128, 1, 1), (RMS, 16, 16384, 512, 1, 1),
     (RMS, 64, 32768, 1024, 1, 1), (RMS, 133, 4096, 128, 2, 1), (RMS, 2048, 8192, 256, 2, 1),
     (RMS, 2048, 16384, 256, 4, 1), (FUSED_ADD_RMS, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 8192, 128, 4, 1),
-    (LAYER_NORM, 2048, 16384, 256, 2, 1), (LAYER_NORM_QUANT, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 4096, 128, 2, 1)])
+    (LAYER_NORM, 2048, 16384, 256, 2, 1), (LAYER_NORM_QUANT, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 4096, 128, 2, 1),
+    (RMS_QUANT, 2048, 16384, 512, 2, 1), (RMS_QUANT, 2048, 8192, 256, 2, 1)])
 def test_launch_rule(spec, rows, hidden, threads, blocks, cluster):
     """Many rows: ~32 elements per thread, registers for two blocks per SM where the rows outnumber
-    the SMs, and 64 a thread on rows 16384 wide (LayerNorm's 8192), with four blocks where that
-    stays within 128 registers or the row is light; a few (decode): ~8 per thread, registers
+    the SMs, and 64 a thread on rows 16384 wide (LayerNorm's 8192; not RMSNormQuant's, whose weight
+    comes with the row), with four blocks where that stays within 128 registers or the row is
+    light; a few (decode): ~8 per thread, registers
     unbounded, and a row 4 to 8 slices of 2048 wide split over a cluster of blocks, 16 elements per
     thread."""
     from npuops_norm.rowwise_kernel import rowwise_kernel
@@ -268,15 +271,14 @@ def test_cluster_split_rows_meet_once(stat, values):
     assert body.index("tl::cluster_wait()") > body.rindex("(X +")  # the row's loads are issued first
 
 
-@pytest.mark.parametrize("rows,prefetch,barriers", [(1, None, 1), (2048, True, 1), (2048, None, 2)])
+@pytest.mark.parametrize("rows,prefetch,barriers", [(1, None, 1), (2048, None, 1), (2048, False, 2)])
 def test_rms_quant_rows_with_their_weight_take_the_absmax_with_the_sum_of_squares(rows, prefetch, barriers):
-    """With the weight in registers, an RMS row's max |x w| (its max |y| times rms) is reduced with
-    its sum of squares behind one barrier (a decode row: one cluster barrier), and q formed from
-    x w without y; otherwise the absmax of y is a second reduction."""
+    """With the weight in registers (the rule), an RMS row's max |x w| (its max |y| times rms) is
+    reduced with its sum of squares behind one barrier (a decode row: one cluster barrier), and q
+    formed from x w without y; otherwise the absmax of y is a second reduction."""
     from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
 
-    spec = rowwise_kernel(RowNorm("rms", 1e-6, weight="w", quant_min_scale=1e-8), (rows, 16384), torch.bfloat16,
-                          prefetch=prefetch)
+    spec = rowwise_kernel(RMS_QUANT, (rows, 16384), torch.bfloat16, prefetch=prefetch)
     source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
     body = source[source.index("__launch_bounds__"):]
     assert body.count("__syncthreads()") + body.count("tl::cluster_sync()") == barriers * (2 if rows == 1 else 1)
@@ -429,7 +431,6 @@ def test_many_layer_norm_rows_offer_rows_held_in_f32():
 
     choices = [v for v in launch_variants(LAYER_NORM_QUANT, (2048, 16384), torch.bfloat16) if "f32_row" in v]
     assert choices and not any(v.get("chunked") or v.get("staged") for v in choices)
-    rms_quant = RowNorm("rms", 1e-6, weight="w", quant_min_scale=1e-8)
     fused_add_layer_norm = RowNorm("meanvar", 1e-5, weight="w", bias=True, residual=True)
     # The rule holds many LayerNorm rows in f32 (offering them in 16 bits), other rows in 16 bits.
     for spec, shape, rule in [(LAYER_NORM, (2048, 8192), True), (LAYER_NORM_QUANT, (2048, 16384), True),
@@ -437,7 +438,7 @@ def test_many_layer_norm_rows_offer_rows_held_in_f32():
         assert rowwise_kernel(spec, shape, torch.bfloat16).config["f32_row"] == rule
         assert {v.get("f32_row", rule) for v in launch_variants(spec, shape, torch.bfloat16)} == ({True, False} if shape[0] > 8 else {False})
     assert not rowwise_kernel(LAYER_NORM, (2048, 8192), torch.bfloat16, staged=True).config["f32_row"]
-    for spec, shape in [(LAYER_NORM_QUANT, (1, 16384)), (rms_quant, (2048, 16384)), (fused_add_layer_norm, (2048, 8192)),
+    for spec, shape in [(LAYER_NORM_QUANT, (1, 16384)), (RMS_QUANT, (2048, 16384)), (fused_add_layer_norm, (2048, 8192)),
                         (RMS, (2048, 16384))]:
         assert not any(v.get("f32_row") for v in launch_variants(spec, shape, torch.bfloat16))
     source = compile_kernel(rowwise_kernel(LAYER_NORM_QUANT, (2048, 4096), torch.bfloat16, threads=128,
@@ -449,12 +450,11 @@ def test_many_layer_norm_rows_offer_rows_held_in_f32():
 
 @pytest.mark.gpu
 def test_every_rms_quant_row_with_its_weight_loaded_passes_the_gate_on_the_gpu():
-    """Every RMSNormQuant launch variant of many rows that loads the weight with the row (the absmax
-    reduced with the sum of squares; decode rows do so by default, gated with every workload), on
-    the catalog's workloads and odd shapes (7168 wide; 1000 wide, padded and masked; 133 and 4097
-    rows)."""
+    """Every RMSNormQuant launch variant that loads the weight with the row (the rule's: the absmax
+    reduced with the sum of squares), on the catalog's workloads and odd shapes (7168 wide; 1000
+    wide, padded and masked; 133 and 4097 rows)."""
     checked, failures = gate_variants("RMSNormQuantFwd", [(4097, 7168), (133, 16384), (64, 1000)],
-                                      lambda config: config.get("prefetch"), seed=31)
+                                      lambda config: config.get("prefetch", True), seed=31)
     assert checked >= 8 and not failures, "\n".join(failures)
 
 
