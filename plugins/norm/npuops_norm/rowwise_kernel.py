@@ -421,7 +421,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         return term
 
     def weighted_magnitudes(raw, W):
-        """|x w|: an RMS row's |y| over 1 / rms, so its max is taken with the sum of squares."""
+        """|x w|, an RMS row's |y| times its rms: its max is taken with the sum of squares."""
         def term(g, j):
             return T.abs(weighted(value(raw, g, j), W, g, j))
         return term
@@ -542,7 +542,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             for g in T.Parallel(G):
                 scale[g] = T.max(scale[g] * stat[g] / 127.0, spec.quant_min_scale)
                 S[row, 0] = scale[g]
-                scale[g] = stat[g] / scale[g]  # q = x w / (rms scale), rounded as below
+                scale[g] = stat[g] / scale[g]  # q = x w / (rms scale), rounded as in the branch below
             for g, j in T.Parallel(G, m):
                 q[g, j] = T.Cast("int8", T.reinterpret(weighted(value(raw, g, j), W, g, j) * scale[g] + ROUNDING_MAGIC,
                                                        "int32"))
