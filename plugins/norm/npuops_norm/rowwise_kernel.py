@@ -636,6 +636,6 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     else:
         outputs = {"y": dtype}
     return KernelSpec(main, tuple(params), outputs, returns,
-                      {"threads": threads, "min_blocks_per_sm": min_blocks, "rows_per_block": 1, "padded_to": padded,
+                      {"threads": threads, "min_blocks_per_sm": min_blocks, "padded_to": padded,
                        "masked": masked, "prefetch": prefetch, "warp_reduce": own_reducer, "cluster": cluster,
                        "welford": welford, "staged": staged, "chunked": chunked, "f32_row": f32_row})
