@@ -97,7 +97,7 @@ def holds_f32(spec: RowNorm, rows: int) -> bool:
     LayerNormQuant 2048 x 16384 bf16 35.07 -> 31.65 µs, x 8192 18.75 -> 17.47, f16 32.10 -> 31.36
     and 17.22 -> 17.22; LayerNorm 2048 x 8192 19.63 -> 18.98, x 4096 12.21 -> 12.18, and x 16384
     37.57 at 512 threads (32 elements, 16 bits) -> 37.15 at 256 (64 in f32: at 512 they spilled)."""
-    return rows > FEW_ROWS and f32_rowable(spec) and spec.stat == "meanvar" and not spec.modulated
+    return rows > FEW_ROWS and f32_rowable(spec) and not spec.modulated
 
 
 def absmax_joins_statistic(spec: RowNorm) -> bool:

@@ -335,6 +335,19 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
     streamed = slab - held
     kept = streamed % in_flight or min(streamed, in_flight)
 
+    @T.macro
+    def block_sum(value, partial, warp_sums, out, b, tx):
+        """out[b] = the sum of every thread's value() (thread 0 stores it): over each warp by shuffles,
+        then over the warps through warp_sums; partial, a (1,) local, ends holding it on thread 0."""
+        partial[0] = T.warp_reduce_sum(value())
+        if tx % 32 == 0:
+            warp_sums[tx // 32] = partial[0]
+        T.sync_threads()
+        if tx == 0:
+            for k in T.serial(1, warps):
+                partial[0] += warp_sums[k]
+            out[b] = partial[0]
+
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), U: T.Tensor((rows,), dt), Out: T.Tensor((rows, cols), dt),
              UOut: T.Tensor((rows,), dt), VOut: T.Tensor((cols,), dt), P: T.Tensor((blocks, cols), F32),
@@ -380,14 +393,7 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
                     total[0] += column_sums[k, tx]
                 Tv[b * chunk + tx] = total[0]
             t_squared = T.alloc_local((1,), F32)
-            t_squared[0] = T.warp_reduce_sum(total[0] * total[0])
-            if lane == 0:
-                warp_sums[warp] = t_squared[0]
-            T.sync_threads()
-            if tx == 0:
-                for k in T.serial(1, warps):
-                    t_squared[0] += warp_sums[k]
-                Squares[b] = t_squared[0]
+            block_sum(lambda: total[0] * total[0], t_squared, warp_sums, Squares, b, tx)
             T.sync_grid()
             # 3. z = W t over the slab: each thread's share of t in registers (the columns whose W
             # vectors it loads), rows streamed as in pass 1 (held ones from shared memory), each row's
@@ -426,14 +432,7 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
                     dots[0] += row_sums[k, tx]
                 Z[first + tx] = dots[0]
                 z_squared[0] = dots[0] * dots[0]
-            z_squared[0] = T.warp_reduce_sum(z_squared[0])
-            if lane == 0:
-                z_squares[warp] = z_squared[0]
-            T.sync_threads()
-            if tx == 0:
-                for k in T.serial(1, warps):
-                    z_squared[0] += z_squares[k]
-                ZSquares[b] = z_squared[0]
+            block_sum(lambda: z_squared[0], z_squared, z_squares, ZSquares, b, tx)
             T.sync_grid()
             # 4. the scalars, from every block's sums; u', v' (this block's share) and W / sigma
             t_partials, z_partials = T.alloc_fragment((blocks,), F32), T.alloc_fragment((blocks,), F32)
