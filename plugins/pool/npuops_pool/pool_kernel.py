@@ -47,7 +47,6 @@ MAX_TILE_COLS = 1024  # longer output rows are split into column tiles
 PLANES_PER_BLOCK = 128  # whole-input windows: planes staged per block, one thread reducing each
 STAGED_BYTES = 96 * 1024  # shared memory a block may take (two blocks per SM)
 MARCH_STEPS = (4, 6, 9)  # output depths a "vectors" thread may take (equal splits near these)
-FLAT_OUTPUTS = 8  # outputs a "flat" thread computes by default
 
 
 # The kernel prelude of max pooling: a NaN-propagating max in one instruction (sm_80+), where the
@@ -168,7 +167,7 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
     """The kernel for ``spec``: the default's, or the one a launch config from
     :func:`launch_variants` names (``rows`` x ``cols`` is the tile of a "rows" kernel)."""
     if kernel is None:
-        return pool_kernel(spec, input_shape, dtype, **launch_variants(spec, input_shape, dtype)[0])
+        return pool_kernel(spec, input_shape, dtype, **launch_variants(spec, dtype)[0])
     if kernel == "planes":
         return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK, staged)
     if kernel == "lanes":
@@ -180,12 +179,10 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
         return strips_kernel(spec, input_shape, dtype, threads or BLOCK)
     if kernel == "vectors":
         return vectors_kernel(spec, input_shape, dtype, threads or BLOCK, outputs or vector_outputs(spec, dtype), march)
-    if kernel == "flat":
-        return flat_kernel(spec, input_shape, dtype, threads or BLOCK, outputs or FLAT_OUTPUTS)
     return window_kernel(spec, input_shape, dtype, threads or BLOCK, predicated, outputs or 1)
 
 
-def launch_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> list[dict]:
+def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
     """Launch configs ``npuops run --tune`` chooses among, the default first."""
     if stages_planes(spec, dtype, PLANES_PER_BLOCK):
         unstaged = [{"kernel": "planes", "threads": t, "staged": False} for t in (PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK)
@@ -222,16 +219,14 @@ def launch_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dt
                 for m in marches(spec) for t in (BLOCK // 4, BLOCK // 2)] if outputs else []
     # Half-size window blocks too: on small inputs (AvgPool3d divisor: 124 blocks of 256) they fill every SM.
     first = [*rows, *strips, *window[:2]] if prefers_rows(spec) else [*window[:2], *rows, *strips]
-    flat = [{"kernel": "flat", "threads": t, "outputs": n} for n in (FLAT_OUTPUTS, FLAT_OUTPUTS // 2) for t in (BLOCK, BLOCK // 2)
-            ] if flat_fits(spec, input_shape, dtype) else []
     if side_by_side(spec):
-        return [*paired, *flat, *first, *vectors, *predicated]
+        return [*paired, *first, *vectors, *predicated]
     # The vectors kernel (128 threads) leads where it applies: in the tunings of
     # h200-s14d-pool-grouped-88d4284 it was faster than the launch that led before on each such
     # workload but c3d-pool2 (16.83 against 16.40 µs), where that launch took up to 1.9 times the
     # fastest variant (resnet-stem 26.69 -> 17.70 µs, medicalnet-stem 66.18 -> 38.43, 34.03 with
     # its marching variant); within 3% of the fastest on the others.
-    return [*vectors[:1], *first, *vectors[1:], *predicated, *paired, *flat]
+    return [*vectors[:1], *first, *vectors[1:], *predicated, *paired]
 
 
 def side_by_side(spec: Pooling) -> bool:
@@ -757,84 +752,4 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
         {"output": dtype},
         (("output", output_shape),),
         {"kernel": "window", "threads": block, "taps": taps, "predicated": predicated, "outputs": outputs},
-    )
-
-
-def flat_fits(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> bool:
-    """Whether the "flat" kernel takes ``spec``: 1-d windows inside the input (no padding, none past
-    its end), over planes that end to end are a whole number of 16-byte vectors."""
-    if len(spec.spatial_in) != 1 or spec.adaptive or covers_whole_input(spec):
-        return False
-    (_, _, k), (_, _, s), (_, _, p), (_, _, d) = _sliding(spec)
-    (W,), (oW,) = spec.spatial_in, spec.spatial_out
-    return p == 0 and (oW - 1) * s + (k - 1) * d < W and math.prod(input_shape[:2]) * W % (VECTOR_BYTES // dtype.itemsize) == 0
-
-
-def flat_span(spec: Pooling, planes: int, vector: int, per_block: int) -> int:
-    """Input elements a "flat" block stages: from the vector holding its first output's first tap
-    to its last output's last tap, the most any block needs, in whole vectors."""
-    (_, _, k), (_, _, s), _, (_, _, d) = _sliding(spec)
-    (W,), (oW,) = spec.spatial_in, spec.spatial_out
-    total = planes * oW
-
-    def first_tap(o):
-        return o // oW * W + o % oW * s
-
-    span = max(first_tap(min(o + per_block, total) - 1) + (k - 1) * d + 1 - first_tap(o) // vector * vector
-               for o in range(0, total, per_block))
-    return -(-span // vector) * vector
-
-
-def flat_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int, outputs: int) -> KernelSpec:
-    """1-d windows over the planes laid end to end (:func:`flat_fits`): a block takes ``block`` x
-    ``outputs`` consecutive outputs, whichever planes they fall in, stages the input they cover in
-    shared memory in whole 16-byte vectors, then each thread reduces ``outputs`` windows there,
-    ``block`` outputs apart, so a warp's taps and stores are contiguous. The rows kernel's tiles
-    end with their plane: on sincnet's planes of 1365 outputs that left 2.7 outputs a thread and a
-    barrier for each, and its stores could not start on a vector boundary."""
-    import tilelang.language as T
-
-    dt = tilelang_dtype(dtype)
-    at = accumulator_dtype(spec, dtype)
-    planes = math.prod(input_shape[:2])
-    (W,), (oW,) = spec.spatial_in, spec.spatial_out
-    (_, _, k), (_, _, s), _, (_, _, d) = _sliding(spec)
-    vector = VECTOR_BYTES // dtype.itemsize
-    total, per_block = planes * oW, block * outputs
-    span = flat_span(spec, planes, vector, per_block)
-    pieces = span // vector
-    identity = _identity(spec, at)
-
-    def first_tap(o):
-        return o // oW * W + o % oW * s
-
-    @T.prim_func
-    def main(X: T.Tensor((planes * W,), dt), Y: T.Tensor((total,), dt)):
-        with T.Kernel(T.ceildiv(total, per_block), threads=block, prelude=prelude(spec)) as bx:
-            staged = T.alloc_shared((span,), dt)
-            acc, v = T.alloc_var(at), T.alloc_var(at)  # v: a tap, cast once
-            base = first_tap(bx * per_block) // vector * vector
-            for step in T.serial(-(-pieces // block)):
-                for t, e in T.Parallel(block, vector):
-                    piece = step * block + t
-                    if piece < pieces:
-                        # The last block's span may run past the input: whole vectors, as planes * W is.
-                        inside = base + piece * vector < planes * W
-                        staged[piece * vector + e] = T.if_then_else(inside, X[base + piece * vector + e], T.Cast(dt, identity))
-            for u in T.serial(outputs):
-                for t in T.Parallel(block):
-                    o = bx * per_block + u * block + t
-                    if o < total:
-                        acc = identity
-                        for j in T.unroll(k):
-                            v = T.Cast(at, staged[first_tap(o) - base + j * d])
-                            acc = _accumulate(spec, acc, v, at)
-                        Y[o] = T.Cast(dt, _result(spec, acc, (0, 0, o % oW * s), (1, 1, W), (1, 1, k), (1, 1, W), (0, 0, 0)))
-
-    return KernelSpec(
-        main,
-        (("input", (planes * W,)), ("output", (total,))),
-        {"output": dtype},
-        (("output", (*input_shape[:2], *spec.spatial_out)),),
-        {"kernel": "flat", "threads": block, "outputs": outputs, "staged_bytes": span * dtype.itemsize},
     )

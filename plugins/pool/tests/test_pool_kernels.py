@@ -105,28 +105,6 @@ NAN_CASES = [("MaxPool2dFwd", dict(kernel_size=3, stride=2, padding=1)), ("Adapt
              ("AdaptiveMaxPool2dFwd", dict(output_size=[1, 1])), ("MaxPool2dFwd", dict(kernel_size=9))]
 
 
-# 1-d windows inside the input over planes laid end to end (flat variants): planes ending inside a
-# block and inside a vector, an input tail no window covers, overlapping dilated windows.
-FLAT_CASES = [
-    ("MaxPool1dFwd", (3, 7, 40), dict(kernel_size=3, stride=2, dilation=2)),
-    ("AvgPool1dFwd", (3, 4, 17), dict(kernel_size=4, stride=4)),
-    ("MaxPool1dFwd", (1, 6, 50), dict(kernel_size=3, stride=3)),
-]
-
-
-def test_flat_variants_are_offered_for_1d_windows_inside_the_input_only():
-    def kernels(op_name, shape, dtype="bf16", **params):
-        w = make_workload(op_name, shape, dtype, **params)
-        return {v["kernel"] for v in REGISTRY.op(op_name).tilelang_variants(w)}
-
-    assert "flat" in kernels("MaxPool1dFwd", (32, 80, 4096), "f16", kernel_size=3, stride=3)  # sincnet
-    assert "flat" in kernels("MaxPool1dFwd", (2, 4, 40), kernel_size=3, stride=2, dilation=2)
-    assert "flat" not in kernels("MaxPool1dFwd", (2, 4, 40), kernel_size=3, stride=2, padding=1)
-    assert "flat" not in kernels("MaxPool1dFwd", (2, 4, 40), kernel_size=3, stride=2, ceil_mode=True)  # a window past the end
-    assert "flat" not in kernels("MaxPool1dFwd", (1, 3, 20), kernel_size=3, stride=3)  # 60 elements: no whole vectors
-    assert "flat" not in kernels("MaxPool2dFwd", (2, 4, 8, 8), kernel_size=2, stride=2)
-
-
 def test_each_window_kind_takes_its_kernel():
     from npuops_pool.pool_kernel import pool_kernel
 
@@ -198,7 +176,6 @@ SMALL_TILES = [{"kernel": "rows", "threads": 32, "rows": 2, "cols": 3}, {"kernel
     ("MaxPool2dFwd", (1, 3, 9, 16), dict(kernel_size=2, stride=2)),
     ("AvgPool3dFwd", (1, 2, 4, 6, 8), dict(kernel_size=2, stride=2, divisor_override=3)),
     *MARCHING_CASES,
-    *FLAT_CASES,
 ])
 def test_every_launch_variant_matches_the_reference_on_the_cpu_target(op_name, shape, params):
     from npuops.kernels import CPU_TARGET
@@ -310,7 +287,6 @@ def test_every_marching_variant_passes_the_gate_on_the_gpu(op_name, shape, param
     ("MaxPool2dFwd", (1, 2, 8, 16), dict(kernel_size=2, stride=2)),  # strips
     ("MaxPool3dFwd", (1, 2, 11, 6, 16), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),  # marching
     ("MaxPool1dFwd", (2, 70, 64), dict(kernel_size=64)),  # lanes, planes
-    ("MaxPool1dFwd", (3, 37, 48), dict(kernel_size=3, stride=3)),  # flat
 ])
 def test_nan_propagates_through_every_16_bit_max_variant(op_name, shape, params, dtype):
     """A max of 16-bit taps is taken in their own type (max.NaN.bf16 / .f16) by every kernel: a
@@ -327,24 +303,6 @@ def test_nan_propagates_through_every_16_bit_max_variant(op_name, shape, params,
         out = impl.build(op, w, device.torch_device(), config=config)(input=x)
         assert torch.equal(torch.isnan(out), torch.isnan(expected)) and torch.isnan(out).any(), config
         assert op.compare(out, expected, w).ok, config
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["bf16", "f16"])
-@pytest.mark.parametrize("op_name,shape,params", [
-    ("MaxPool1dFwd", (5, 33, 4096), dict(kernel_size=3, stride=3)),  # sincnet's windows, the last block partial
-    ("AvgPool1dFwd", (3, 40, 1000), dict(kernel_size=4, stride=4)),
-    ("MaxPool1dFwd", (2, 70, 2048), dict(kernel_size=5, stride=2, dilation=2)),
-])
-def test_every_flat_variant_passes_the_gate_on_the_gpu(op_name, shape, params, dtype):
-    device = REGISTRY.device("cuda")
-    op, impl = REGISTRY.op(op_name), REGISTRY.implementation(op_name, "tilelang")
-    w = make_workload(op_name, shape, dtype, **params)
-    flat = [v for v in op.tilelang_variants(w) if v["kernel"] == "flat"]
-    assert flat
-    for config in flat:
-        result = check(op, w, impl.build(op, w, device.torch_device(), config=config), device, seed=7)
-        assert result.ok, (config, result.detail)
 
 
 @pytest.mark.gpu
