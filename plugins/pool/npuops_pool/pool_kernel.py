@@ -201,8 +201,6 @@ def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
     # Two outputs a thread, as torch.compile's kernel takes 1-d windows.
     paired = [{"kernel": "window", "threads": t, "predicated": True, "outputs": 2} for t in (BLOCK, BLOCK // 2)
               ] if len(spec.spatial_in) == 1 else []
-    if side_by_side(spec):  # four too: twice the taps' loads in flight a thread
-        paired += [{"kernel": "window", "threads": t, "predicated": True, "outputs": 4} for t in (BLOCK, BLOCK // 2)]
     tile = default_tile(spec, dtype)
     if tile is None:
         return [*window, *predicated]
