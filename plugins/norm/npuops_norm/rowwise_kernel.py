@@ -475,6 +475,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             else:
                 T.reduce_max(acc, out, dim=1)
 
+    def operand_row():
+        """A buffer for the row's columns of a per-column operand, indexed (g, j): registers
+        (prefetch) or shared memory (staged_operands; one plain row: G == 1, m == hidden)."""
+        return T.alloc_shared((G, m), dt) if staged_operands else row_fragment(dt)
+
     @T.macro
     def load_operand(V, held, sample):
         """held = the row's columns of V (AdaLN's: of its sample's row of V, ``sample`` not None)."""
@@ -482,20 +487,6 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             T.async_copy(V[0:m] if sample is None else V[sample, 0:m], held[0, 0:m])
         else:
             load_row(held, lambda g, j: V[col(g, j)] if sample is None else V[sample, col(g, j)])
-
-    def held_operands(W, B, Shift, Scale, row):
-        """(weight, bias, shift, scale) of the row's columns (None where the spec has none), indexed
-        (g, j): loaded into registers (prefetch) or copied into shared memory (staged_operands; one
-        plain row: G == 1, m == hidden)."""
-        held = []
-        for V, present, sample in ((W, spec.weight is not None, None), (B, spec.bias, None),
-                                   (Shift, spec.modulated, row // rows_per_sample),
-                                   (Scale, spec.modulated, row // rows_per_sample)):
-            buffer = (T.alloc_shared((G, m), dt) if staged_operands else row_fragment(dt)) if present else None
-            if present:
-                load_operand(V, buffer, sample)
-            held.append(buffer)
-        return held
 
     @T.macro
     def arrived():
@@ -513,8 +504,6 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         exchange = exchange_slots(len(slots), threads, cluster) if own_reducer else None
         stat = group_fragment()
         mean = group_fragment()
-        if staged_operands:  # copies issued first: the row's loads and its conversion do not hold them back
-            W_row, B_row, Shift_row, Scale_row = held_operands(W, B, Shift, Scale, row)
         if staged:
             T.async_copy(X[row, 0:m], raw[0, 0:m])
             if spec.residual:
@@ -524,8 +513,17 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             T.sync_threads()
         else:
             load_row(raw, lambda g, j: X[at(row, g, j)])
-        if prefetch:
-            W_row, B_row, Shift_row, Scale_row = held_operands(W, B, Shift, Scale, row)
+        # Names of their own: the builder names a buffer after the variable it is first bound to.
+        if at_hand and spec.weight is not None:
+            W_row = operand_row()
+            load_operand(W, W_row, None)
+        if at_hand and spec.bias:
+            B_row = operand_row()
+            load_operand(B, B_row, None)
+        if at_hand and spec.modulated:
+            Shift_row, Scale_row = operand_row(), operand_row()
+            load_operand(Shift, Shift_row, row // rows_per_sample)
+            load_operand(Scale, Scale_row, row // rows_per_sample)
         if at_hand:
             W, B = W_row if spec.weight is not None else W, B_row if spec.bias else B
             Shift, Scale = (Shift_row, Scale_row) if spec.modulated else (Shift, Scale)
