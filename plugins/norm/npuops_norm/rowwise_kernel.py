@@ -197,12 +197,6 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         # there; narrower rows ran faster with every load ahead (LayerNorm 4096 wide 12.42 against 11.97).
         variants += [{**config, "chunked": True} for config in variants
                      if config["min_blocks"] > 1 and not config.get("prefetch") and hidden % config["threads"] == 0]
-    if rows > FEW_ROWS and stages_operands(spec):
-        # The operands in shared memory: the latency prefetch hides without its registers.
-        fit = SHARED_PER_SM // (operand_bytes(spec, hidden, dtype) + SHARED_RESERVED_PER_BLOCK)
-        variants += [{**config, "staged_operands": True} for config in variants
-                     if 1 < config["min_blocks"] <= fit and "prefetch" not in config and not config.get("chunked")
-                     and hidden % config["threads"] == 0]
     if rows > FEW_ROWS and f32_rowable(spec):  # the other choice than the rule's (holds_f32)
         variants += [{**config, "f32_row": not holds_f32(spec, rows)} for config in variants if not config.get("chunked")]
     if rows > FEW_ROWS and stageable(spec):
@@ -252,17 +246,6 @@ def f32_rowable(spec: RowNorm) -> bool:
     return stageable(spec) and spec.stat == "meanvar" and not spec.residual
 
 
-def stages_operands(spec: RowNorm) -> bool:
-    """Whether a row's per-column operands may be staged in shared memory
-    (``rowwise_kernel(staged_operands=True)``): plain rows that have any."""
-    return stageable(spec) and (spec.weight is not None or spec.bias or spec.modulated)
-
-
-def operand_bytes(spec: RowNorm, hidden: int, dtype: torch.dtype) -> int:
-    """Shared memory a row's staged operands take."""
-    return hidden * dtype.itemsize * ((spec.weight is not None) + spec.bias + 2 * spec.modulated)
-
-
 def staged_bytes(spec: RowNorm, hidden: int, dtype: torch.dtype) -> int:
     """Shared memory a staged row takes (its residual's too)."""
     return hidden * dtype.itemsize * (2 if spec.residual else 1)
@@ -281,8 +264,7 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
 def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1,
                    threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
                    tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True,
-                   staged: bool = False, chunked: bool = False, f32_row: bool | None = None,
-                   staged_operands: bool = False) -> KernelSpec:
+                   staged: bool = False, chunked: bool = False, f32_row: bool | None = None) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
@@ -295,10 +277,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     rather than into registers (:func:`stageable`); ``chunked`` forms and stores the output a vector
     a thread at a time (:func:`chunkable`); ``f32_row`` holds the row in f32 from its load on
     (:func:`f32_rowable`), converted once rather than at each use, the output formed in its place
-    (by default as :func:`holds_f32` says, where the row is neither staged nor chunked);
-    ``staged_operands`` copies the per-column operands (weight, bias, AdaLN's shift and scale) into
-    shared memory with cp.async as the row loads, rather than into registers (``prefetch``) or from
-    the L2 after the reduction (:func:`stages_operands`)."""
+    (by default as :func:`holds_f32` says, where the row is neither staged nor chunked)."""
     import tilelang.language as T
 
     segs = spec.segments
@@ -380,18 +359,14 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # and Scale are then (G, m) fragments. With many rows that costs registers (fewer rows in flight
     # per SM): a tuning choice, but for rows whose absmax joins their statistic.
     if prefetch is None:
-        prefetch = not staged_operands and (rows <= FEW_ROWS or absmax_joins_statistic(spec))
-    if staged_operands and (prefetch or not stages_operands(spec) or masked or cluster > 1 or staged or chunked):
-        raise ValueError("operands staged in shared memory need one plain unpadded row a block in registers, "
-                         "with per-column operands not also loaded into registers")
-    at_hand = prefetch or staged_operands  # the operands are (G, m) buffers of this row's columns
+        prefetch = rows <= FEW_ROWS or absmax_joins_statistic(spec)
 
     def affine(V, g, j):
-        return T.Cast(F32, V[g, j] if at_hand else V[col(g, j)])
+        return T.Cast(F32, V[g, j] if prefetch else V[col(g, j)])
 
     def modulation(V, row, g, j):
         """AdaLN's shift or scale for element j of group g of ``row`` (its sample's), in f32."""
-        return T.Cast(F32, V[g, j] if at_hand else V[row // rows_per_sample, col(g, j)])
+        return T.Cast(F32, V[g, j] if prefetch else V[row // rows_per_sample, col(g, j)])
 
     def weighted(y, W, g, j):
         """y times the weight of element j of group g (as the spec has it)."""
@@ -452,7 +427,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         return term
 
     reduce_own = block_reducer(threads, m, dtype.itemsize, cluster, G) if own_reducer else None
-    absmax_with_statistic = own_reducer and at_hand and absmax_joins_statistic(spec)
+    absmax_with_statistic = own_reducer and prefetch and absmax_joins_statistic(spec)
     reduce_together = block_reducer(threads, m, dtype.itemsize, cluster, G, together=True) if absmax_with_statistic else None
     welford = welford and plain and not masked and spec.stat == "meanvar"
     reduce_moments = moments_reducer(threads, m, dtype.itemsize, cluster) if welford else None
@@ -475,25 +450,6 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             else:
                 T.reduce_max(acc, out, dim=1)
 
-    def operand_row():
-        """A buffer for the row's columns of a per-column operand, indexed (g, j): registers
-        (prefetch) or shared memory (staged_operands; one plain row: G == 1, m == hidden)."""
-        return T.alloc_shared((G, m), dt) if staged_operands else row_fragment(dt)
-
-    @T.macro
-    def load_operand(V, held, sample):
-        """held = the row's columns of V (AdaLN's: of its sample's row of V, ``sample`` not None)."""
-        if staged_operands:
-            T.async_copy(V[0:m] if sample is None else V[sample, 0:m], held[0, 0:m])
-        else:
-            load_row(held, lambda g, j: V[col(g, j)] if sample is None else V[sample, col(g, j)])
-
-    @T.macro
-    def arrived():
-        """The operands staged in shared memory are there, for every thread."""
-        T.ptx_wait_group(0)
-        T.sync_threads()
-
     @T.macro
     def normalize_row(X, W, B, R, Shift, Scale, Gain, Y, Q, S, row):
         # By default only the row's raw 16-bit values stay live across the block reductions; every
@@ -513,18 +469,17 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             T.sync_threads()
         else:
             load_row(raw, lambda g, j: X[at(row, g, j)])
-        # Names of their own: the builder names a buffer after the variable it is first bound to.
-        if at_hand and spec.weight is not None:
-            W_row = operand_row()
-            load_operand(W, W_row, None)
-        if at_hand and spec.bias:
-            B_row = operand_row()
-            load_operand(B, B_row, None)
-        if at_hand and spec.modulated:
-            Shift_row, Scale_row = operand_row(), operand_row()
-            load_operand(Shift, Shift_row, row // rows_per_sample)
-            load_operand(Scale, Scale_row, row // rows_per_sample)
-        if at_hand:
+        if prefetch and spec.weight is not None:
+            W_row = row_fragment(dt)
+            load_row(W_row, lambda g, j: W[col(g, j)])
+        if prefetch and spec.bias:
+            B_row = row_fragment(dt)
+            load_row(B_row, lambda g, j: B[col(g, j)])
+        if prefetch and spec.modulated:
+            Shift_row, Scale_row = row_fragment(dt), row_fragment(dt)
+            load_row(Shift_row, lambda g, j: Shift[row // rows_per_sample, col(g, j)])
+            load_row(Scale_row, lambda g, j: Scale[row // rows_per_sample, col(g, j)])
+        if prefetch:
             W, B = W_row if spec.weight is not None else W, B_row if spec.bias else B
             Shift, Scale = (Shift_row, Scale_row) if spec.modulated else (Shift, Scale)
         if prefetch and spec.stat == "l2_gain":
@@ -538,10 +493,6 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                     R[at(row, g, j)] = raw[g, j]
         if cluster > 1:
             T.cluster_wait()  # every block of the cluster has started: the reductions may write to it
-        if staged_operands:
-            # Before the reductions, though the operands are needed after them: a barrier later,
-            # TileLang would add another before the first write to the reductions' exchange slots.
-            arrived()
         if welford:
             reduce_moments(lambda j: value(raw, 0, j), mean, stat, exchange)
         else:
@@ -687,5 +638,4 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     return KernelSpec(main, tuple(params), outputs, returns,
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "padded_to": padded,
                        "masked": masked, "prefetch": prefetch, "warp_reduce": own_reducer, "cluster": cluster,
-                       "welford": welford, "staged": staged, "chunked": chunked, "f32_row": f32_row,
-                       "staged_operands": staged_operands})
+                       "welford": welford, "staged": staged, "chunked": chunked, "f32_row": f32_row})
