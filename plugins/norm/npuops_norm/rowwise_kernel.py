@@ -207,6 +207,9 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
             asked = {c["min_blocks"] for c in variants if c["threads"] == threads} | {fit}
             variants += [{"threads": threads, "min_blocks": blocks, "staged": True} for blocks in sorted(asked)
                          if 1 < blocks <= fit and blocks * threads * REGISTER_CAPS[-1] <= REGISTERS_PER_SM]
+    if rows > ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM and pipelinable(spec):  # the plain register launches, pipelined
+        variants += [{**config, "pipelined": True} for config in variants if set(config) == {"threads", "min_blocks"}
+                     and config["min_blocks"] in (2, 4) and hidden % config["threads"] == 0]
     if spec.groups == 1 and spec.segments == 1:
         variants.append({**variants[0], "tile_allreduce": True})
         if spec.stat == "meanvar":
@@ -246,6 +249,11 @@ def f32_rowable(spec: RowNorm) -> bool:
     return stageable(spec) and spec.stat == "meanvar" and not spec.residual
 
 
+def pipelinable(spec: RowNorm) -> bool:
+    """Whether rows may be pipelined (``rowwise_kernel(pipelined=True)``): plain rows without a residual."""
+    return stageable(spec) and not spec.residual
+
+
 def staged_bytes(spec: RowNorm, hidden: int, dtype: torch.dtype) -> int:
     """Shared memory a staged row takes (its residual's too)."""
     return hidden * dtype.itemsize * (2 if spec.residual else 1)
@@ -264,7 +272,8 @@ def rowwise_unsupported(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtyp
 def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1,
                    threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
                    tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True,
-                   staged: bool = False, chunked: bool = False, f32_row: bool | None = None) -> KernelSpec:
+                   staged: bool = False, chunked: bool = False, f32_row: bool | None = None,
+                   pipelined: bool = False) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
@@ -277,7 +286,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     rather than into registers (:func:`stageable`); ``chunked`` forms and stores the output a vector
     a thread at a time (:func:`chunkable`); ``f32_row`` holds the row in f32 from its load on
     (:func:`f32_rowable`), converted once rather than at each use, the output formed in its place
-    (by default as :func:`holds_f32` says, where the row is neither staged nor chunked)."""
+    (by default as :func:`holds_f32` says, where the row is neither staged nor chunked); ``pipelined``
+    launches ``min_blocks`` blocks an SM, each taking every so many rows, the next row's loads issued
+    before this row's reductions (:func:`pipelinable`)."""
     import tilelang.language as T
 
     segs = spec.segments
@@ -318,6 +329,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         f32_row = holds_f32(spec, rows) and not staged and not chunked
     if f32_row and (not f32_rowable(spec) or staged or chunked):
         raise ValueError("a row held in f32 must be a plain mean-and-variance row without a residual, in registers")
+    if pipelined and (not pipelinable(spec) or cluster > 1 or staged or chunked or masked or min_blocks < 1):
+        raise ValueError("a pipelined row must be one plain unpadded row a block in registers, with no residual")
+    grid = min(rows, H200_SMS * min_blocks) if pipelined else rows  # blocks (each a row, or pipelined: several)
     vec = vector_elements(span, threads, dtype.itemsize)
     vectors = span // (threads * vec)
     if cluster > 1 and (not plain or hidden % cluster or masked):
@@ -451,7 +465,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 T.reduce_max(acc, out, dim=1)
 
     @T.macro
-    def normalize_row(X, W, B, R, Shift, Scale, Gain, Y, Q, S, row):
+    def normalize_row(X, W, B, R, Shift, Scale, Gain, Y, Q, S, row, pending=None):
         # By default only the row's raw 16-bit values stay live across the block reductions; every
         # f32 value is recomputed from them where needed. Half the registers of an f32 copy, so more
         # rows are in flight per SM (the bound on these memory-bound kernels); f32_row trades that
@@ -467,6 +481,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 T.async_copy(R[row, 0:m], staged_residual[0, 0:m])
             T.ptx_wait_group(0)
             T.sync_threads()
+        elif pending is not None:  # pipelined: the row arrived in ``pending``, which now takes the next
+            load_row(raw, lambda g, j: pending[g, j])
+            if row + grid < rows:
+                load_row(pending, lambda g, j: X[at(row + grid, g, j)])
         else:
             load_row(raw, lambda g, j: X[at(row, g, j)])
         if prefetch and spec.weight is not None:
@@ -603,7 +621,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 Q, S = arg("q", row_shape, "int8"), arg("scale_out", (rows, 1), F32)
             else:
                 Y = arg("y", row_shape)
-        with cluster_kernel(rows * cluster, cluster, threads, 2 if spec.pair else 1,
+        with cluster_kernel(grid * cluster, cluster, threads, 2 if spec.pair else 1,
                             prelude=COMPILER_FENCE if chunked else "") as (block, which):
             if chunked:  # loads of restrict (read-only) operands would move across the fence
                 T.annotate_restrict_buffers(*(V for V in (W, B, Shift, Scale) if V is not None))
@@ -618,6 +636,16 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                     normalize_row(Xq, Wq, None, None, None, None, None, Yq, None, None, row)
                 else:
                     normalize_row(Xk, Wk, None, None, None, None, None, Yk, None, None, row)
+            elif pipelined:
+                pending = row_fragment(dt)
+                load_row(pending, lambda g, j: X[at(block, g, j)])
+                for i in T.serial(-(-rows // grid)):
+                    if block + i * grid < rows:
+                        if spec.quant_min_scale is not None:
+                            normalize_row(X, W, B, R, Shift, Scale, Gain, None, Q, S, block + i * grid, pending)
+                        else:
+                            normalize_row(X, W, B, R, Shift, Scale, Gain, Y, None, None, block + i * grid, pending)
+                    T.sync_threads()  # the next row's reductions write the exchange slots this row's read
             elif spec.quant_min_scale is not None:
                 normalize_row(X, W, B, R, Shift, Scale, Gain, None, Q, S, row)
             else:
@@ -638,4 +666,5 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     return KernelSpec(main, tuple(params), outputs, returns,
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "padded_to": padded,
                        "masked": masked, "prefetch": prefetch, "warp_reduce": own_reducer, "cluster": cluster,
-                       "welford": welford, "staged": staged, "chunked": chunked, "f32_row": f32_row})
+                       "welford": welford, "staged": staged, "chunked": chunked, "f32_row": f32_row,
+                       "pipelined": pipelined})

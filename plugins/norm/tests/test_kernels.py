@@ -163,12 +163,13 @@ def test_kernel_passes_the_gate_on_every_workload_and_odd_shapes(op_name):
     assert not failures, "\n".join(failures)
 
 
-def gate_variants(op_name, shapes, chosen, seed):
+def gate_variants(op_name, shapes, chosen, seed, catalog=True):
     """(variants checked, failures): the gate on every launch variant ``chosen`` picks, over the
-    op's catalog workloads and its last one reshaped to each (rows, hidden) of ``shapes``."""
+    op's catalog workloads (unless not ``catalog``) and its last one reshaped to each (rows, hidden)
+    of ``shapes``."""
     device = REGISTRY.device("cuda")
     op, impl = REGISTRY.op(op_name), OURS[op_name]
-    workloads = [w for w in list(op.workloads) + [reshaped(op, op.workloads[-1], r, h) for r, h in shapes]
+    workloads = [w for w in list(op.workloads if catalog else []) + [reshaped(op, op.workloads[-1], r, h) for r, h in shapes]
                  if not impl.why_not(op, w, device)]
     checked, failures = 0, []
     for w in workloads:
@@ -423,6 +424,26 @@ def test_many_rows_with_per_column_operands_offer_chunked_stores():
         rowwise_kernel(LAYER_NORM, (2048, 1000), torch.bfloat16, chunked=True)  # padded and masked
 
 
+def test_rows_beyond_two_blocks_an_sm_offer_pipelined_launches():
+    """Rows beyond two blocks an SM of plain rows without a residual may be pipelined: min_blocks
+    blocks an SM, each taking every so many rows, the next row's loads issued before this row's
+    reductions, a barrier after each row; other rows are not."""
+    from npuops_norm.rowwise_kernel import H200_SMS, launch_variants, rowwise_kernel
+
+    pipelined = [v for v in launch_variants(LAYER_NORM_QUANT, (2048, 8192), torch.bfloat16) if v.get("pipelined")]
+    assert pipelined and all(set(v) == {"threads", "min_blocks", "pipelined"} and v["min_blocks"] in (2, 4) for v in pipelined)
+    for spec, shape in [(LAYER_NORM, (256, 8192)), (FUSED_ADD_RMS, (2048, 8192)), (LAYER_NORM, (2048, 1000)),
+                        (RowNorm("rms", 1e-6, weight="w", groups=8), (2048, 4096))]:
+        assert not any(v.get("pipelined") for v in launch_variants(spec, shape, torch.bfloat16))
+    kernel = rowwise_kernel(LAYER_NORM_QUANT, (2048, 8192), torch.bfloat16, threads=128, min_blocks=4, pipelined=True)
+    source = compile_kernel(kernel.prim_func, arch="sm_90").get_kernel_source()
+    grid = H200_SMS * 4
+    assert f"< {-(-2048 // grid)}; ++" in source  # each block's rows
+    assert source.count("__syncthreads()") == 3  # the two reductions' and one after each row
+    with pytest.raises(ValueError, match="pipelined row"):
+        rowwise_kernel(FUSED_ADD_RMS, (2048, 8192), torch.bfloat16, pipelined=True)
+
+
 def test_many_layer_norm_rows_offer_rows_held_in_f32():
     """Many plain mean-and-variance rows (quantized or not) may hold the row in f32 from its load,
     the output formed in its place (one f32 fragment, no second); decode rows, rows with a residual
@@ -499,6 +520,18 @@ def test_every_staged_row_passes_the_gate_on_the_gpu(op_name):
     and an odd shape."""
     checked, failures = gate_variants(op_name, [(4097, 7168)], lambda config: config.get("staged"), seed=17)
     assert checked >= 8 and not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", ["LayerNormQuantFwd", "LayerNormFwd", "RMSNormQuantFwd", "AdaLayerNormFwd",
+                                     "WeightNormFwd"])
+def test_every_pipelined_launch_passes_the_gate_on_the_gpu(op_name):
+    """Every pipelined launch variant on odd shapes (4097 rows, 7168 wide: blocks with one row
+    more than others; 600 rows 16384 wide); the catalog's workloads are gated by the tuning run
+    that times them."""
+    checked, failures = gate_variants(op_name, [(4097, 7168), (600, 16384)], lambda config: config.get("pipelined"),
+                                      seed=41, catalog=False)
+    assert checked >= 4 and not failures, "\n".join(failures)
 
 
 @pytest.mark.gpu
