@@ -208,9 +208,10 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
             variants += [{"threads": threads, "min_blocks": blocks, "staged": True} for blocks in sorted(asked)
                          if 1 < blocks <= fit and blocks * threads * REGISTER_CAPS[-1] <= REGISTERS_PER_SM]
     if rows > ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM and pipelinable(spec):
-        # The plain register launches, pipelined. Of h200-s20d-pipelined's 15 tunings they won
-        # RMSNormQuant 2048 x 16384 f16 (27.94 -> 27.17 µs) and lost the others by 0.4-6.5% (LayerNormQuant
-        # 2048 x 8192 17.12 against 18.21: the barrier after each row).
+        # The plain register launches, pipelined. They won 14 of h200-s20e-norm-abbccac's 109 tunings:
+        # 13 of 2048 x 4096 (LayerNorm 12.03 -> 11.36 µs) and RMSNormQuant 2048 x 16384 f16 (27.87 ->
+        # 27.30); on wider rows they lost by up to 6.5% (h200-s20d: LayerNormQuant 2048 x 8192 17.12
+        # against 18.21), the barrier after each row.
         variants += [{**config, "pipelined": True} for config in variants if set(config) == {"threads", "min_blocks"}
                      and config["min_blocks"] in (2, 4) and hidden % config["threads"] == 0]
     if spec.groups == 1 and spec.segments == 1:
