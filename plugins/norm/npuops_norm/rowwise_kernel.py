@@ -2,7 +2,8 @@
 
 A :class:`RowNorm` says what the op does to a row (which statistic, which affine, fused residual
 add, int8 epilogue, ...); :func:`rowwise_kernel` turns it and a workload's shape into a kernel:
-one thread block per row (a cluster of blocks for a few wide rows, see :func:`row_cluster`), the
+one thread block per row (a cluster of blocks for a few wide rows, see :func:`row_cluster`; as a
+launch variant, a block taking every so many rows, ``pipelined``), the
 row held in registers (loaded once, 16-byte vectors), a block-wide reduction per group, then the
 normalized row written once. Every op therefore moves the minimum: each input read once, each
 output written once.
@@ -171,7 +172,7 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
     four times its elements per thread (at most 64), and for many rows also no register bound,
     registers capped at 128, 96 and 64 a thread, the per-row operands (weight, bias, gain) loaded
     with the row instead of after its reduction, outputs stored a vector at a time (fewer registers),
-    and plain rows staged in shared memory."""
+    plain rows staged in shared memory, and plain rows without a residual pipelined."""
     hidden, rows = shape[-1] * spec.segments, math.prod(shape[:-1]) // spec.segments
     grouped = spec.groups > 1 or spec.segments > 1
     base = FEW_ROWS_ELEMENTS_PER_THREAD if rows <= FEW_ROWS else ELEMENTS_PER_THREAD
@@ -333,7 +334,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         f32_row = holds_f32(spec, rows) and not staged and not chunked
     if f32_row and (not f32_rowable(spec) or staged or chunked):
         raise ValueError("a row held in f32 must be a plain mean-and-variance row without a residual, in registers")
-    if pipelined and (not pipelinable(spec) or cluster > 1 or staged or chunked or masked or min_blocks < 1):
+    if pipelined and (not pipelinable(spec) or cluster > 1 or staged or chunked or masked):
         raise ValueError("a pipelined row must be one plain unpadded row a block in registers, with no residual")
     grid = min(rows, H200_SMS * min_blocks) if pipelined else rows  # blocks (each a row, or pipelined: several)
     vec = vector_elements(span, threads, dtype.itemsize)
