@@ -435,6 +435,9 @@ def test_rows_beyond_two_blocks_an_sm_offer_pipelined_launches():
     for spec, shape in [(LAYER_NORM, (256, 8192)), (FUSED_ADD_RMS, (2048, 8192)), (LAYER_NORM, (2048, 1000)),
                         (RowNorm("rms", 1e-6, weight="w", groups=8), (2048, 4096))]:
         assert not any(v.get("pipelined") for v in launch_variants(spec, shape, torch.bfloat16))
+    # Two rows of 64 elements a thread fill a 64-register budget (256 threads x 4 spilled): not offered.
+    wide = {(v["threads"], v["min_blocks"]) for v in launch_variants(RMS, (2048, 16384), torch.float16) if v.get("pipelined")}
+    assert (256, 2) in wide and (256, 4) not in wide
     kernel = rowwise_kernel(LAYER_NORM_QUANT, (2048, 8192), torch.bfloat16, threads=128, min_blocks=4, pipelined=True)
     source = compile_kernel(kernel.prim_func, arch="sm_90").get_kernel_source()
     grid = H200_SMS * 4
@@ -531,7 +534,7 @@ def test_every_pipelined_launch_passes_the_gate_on_the_gpu(op_name):
     that times them."""
     checked, failures = gate_variants(op_name, [(4097, 7168), (600, 16384)], lambda config: config.get("pipelined"),
                                       seed=41, catalog=False)
-    assert checked >= 4 and not failures, "\n".join(failures)
+    assert checked >= 1 and not failures, "\n".join(failures)  # LayerNorm's f32 rows fit one launch there
 
 
 @pytest.mark.gpu
