@@ -72,6 +72,14 @@ ONE_WAVE_ROWS = H200_SMS
 WIDE_ROW, MEANVAR_WIDE_ROW = 16384, 8192
 WIDE_ROW_ELEMENTS_PER_THREAD = 64
 WIDE_ROW_BLOCKS_PER_SM = 4
+# Many rows 4096 wide with a per-column or per-row operand are pipelined by rule, at four blocks an
+# SM: in h200-s20e-norm-abbccac's tunings 128 threads x 4 pipelined beat the rule's 128 x 2 on all 12
+# such rows (LayerNorm 2048 x 4096 bf16 12.03 -> 11.65 µs, f16 12.40 -> 11.65; RMSNorm 11.55 -> 10.94
+# and 11.68 -> 10.94; LayerNormQuant 11.87 -> 11.01; Gemma 11.68 -> 11.04; AdaLN 12.35 -> 12.22;
+# WeightNorm 10.94 -> 10.72). Rows with neither (L1, L2) lost up to 2% so (10.72 -> 10.94 µs), and
+# RMSNormQuant's, whose weight loads with the row, 1.7% (9.57 -> 9.73).
+PIPELINED_ROW = 4096
+PIPELINED_BLOCKS_PER_SM = 4
 
 
 def elements_per_thread(spec: RowNorm, rows: int, hidden: int) -> int:
@@ -111,10 +119,20 @@ def absmax_joins_statistic(spec: RowNorm) -> bool:
     return spec.quant_min_scale is not None and spec.stat == "rms" and not spec.bias and not spec.modulated
 
 
+def pipelines(spec: RowNorm, rows: int, hidden: int) -> bool:
+    """The rule's ``pipelined`` (see PIPELINED_ROW): many plain rows over 2048 and at most 4096 wide,
+    with a weight, bias, modulation or gain, but RMSNormQuant's."""
+    operand = spec.weight is not None or spec.bias or spec.modulated or spec.stat == "l2_gain"
+    return (rows > ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM and pipelinable(spec) and PIPELINED_ROW // 2 < hidden <= PIPELINED_ROW
+            and operand and not absmax_joins_statistic(spec))
+
+
 def min_blocks_per_sm(spec: RowNorm, rows: int, hidden: int, threads: int) -> int:
     """Blocks per SM to budget registers for: only rows beyond one block an SM share one."""
     if rows <= ONE_WAVE_ROWS:
         return 1
+    if pipelines(spec, rows, hidden):
+        return PIPELINED_BLOCKS_PER_SM
     wide_share = elements_per_thread(spec, rows, hidden) == WIDE_ROW_ELEMENTS_PER_THREAD <= hidden // threads
     if wide_share and (threads <= 128 or light(spec)):
         return WIDE_ROW_BLOCKS_PER_SM
@@ -237,6 +255,9 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         variants = [{"threads": threads, "min_blocks": 1, "cluster": blocks},
                     {"threads": threads * 2, "min_blocks": 1, "cluster": blocks},
                     {"threads": threads * 2, "min_blocks": 1, "cluster": blocks // 2}, *variants]
+    if pipelines(spec, rows, hidden) and hidden % variants[0]["threads"] == 0:  # the rule's launch first
+        rule = {**variants[0], "pipelined": True}
+        variants = [rule, *(v for v in variants if v != rule)]
     return variants
 
 
@@ -285,7 +306,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                    threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
                    tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True,
                    staged: bool = False, chunked: bool = False, f32_row: bool | None = None,
-                   pipelined: bool = False) -> KernelSpec:
+                   pipelined: bool | None = None) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
@@ -300,9 +321,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     (:func:`f32_rowable`), converted once rather than at each use, the output formed in its place
     (by default as :func:`holds_f32` says, where the row is neither staged nor chunked); ``pipelined``
     launches ``min_blocks`` blocks an SM, each taking every so many rows, the next row's loads issued
-    before this row's reductions (:func:`pipelinable`)."""
+    before this row's reductions (:func:`pipelinable`; by default for the rule's launch as
+    :func:`pipelines` says)."""
     import tilelang.language as T
 
+    rule_launch = threads is None and min_blocks is None
     segs = spec.segments
     hidden = shape[-1]
     rows = math.prod(shape[:-1]) // segs
@@ -341,6 +364,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         f32_row = holds_f32(spec, rows) and not staged and not chunked
     if f32_row and (not f32_rowable(spec) or staged or chunked):
         raise ValueError("a row held in f32 must be a plain mean-and-variance row without a residual, in registers")
+    if pipelined is None:  # the rule's launch only: a launch variant names its own
+        pipelined = rule_launch and pipelines(spec, rows, span) and not masked and not staged and not chunked
     if pipelined and (not pipelinable(spec) or cluster > 1 or staged or chunked or masked):
         raise ValueError("a pipelined row must be one plain unpadded row a block in registers, with no residual")
     grid = min(rows, H200_SMS * min_blocks) if pipelined else rows  # blocks (each a row, or pipelined: several)

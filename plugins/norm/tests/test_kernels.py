@@ -237,17 +237,18 @@ def test_non_contiguous_input_is_rejected():
 
 
 @pytest.mark.parametrize("spec,rows,hidden,threads,blocks,cluster", [
-    (RMS, 2048, 4096, 128, 2, 1), (RMS, 1, 4096, 512, 1, 1), (RMS, 1, 8192, 128, 1, 4), (RMS, 1, 16384, 128, 1, 8),
+    (RMS, 2048, 4096, 128, 4, 1), (RMS_QUANT, 2048, 4096, 128, 2, 1), (RMS, 1, 4096, 512, 1, 1), (RMS, 1, 8192, 128, 1, 4), (RMS, 1, 16384, 128, 1, 8),
     (RMS, 3, 12288, 128, 1, 6), (RMS, 1, 32768, 256, 1, 8), (RMS, 1, 7168, 128, 1, 1), (RMS, 16, 16384, 512, 1, 1),
     (RMS, 64, 32768, 1024, 1, 1), (RMS, 133, 4096, 128, 2, 1), (RMS, 2048, 8192, 256, 2, 1),
     (RMS, 2048, 16384, 256, 4, 1), (FUSED_ADD_RMS, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 8192, 128, 4, 1),
-    (LAYER_NORM, 2048, 16384, 256, 2, 1), (LAYER_NORM_QUANT, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 4096, 128, 2, 1),
+    (LAYER_NORM, 2048, 16384, 256, 2, 1), (LAYER_NORM_QUANT, 2048, 16384, 256, 2, 1), (LAYER_NORM, 2048, 4096, 128, 4, 1),
     (RMS_QUANT, 2048, 16384, 512, 2, 1), (RMS_QUANT, 2048, 8192, 256, 2, 1)])
 def test_launch_rule(spec, rows, hidden, threads, blocks, cluster):
     """Many rows: ~32 elements per thread, registers for two blocks per SM where the rows outnumber
-    the SMs, and 64 a thread on rows 16384 wide (LayerNorm's 8192; not RMSNormQuant's, whose weight
-    comes with the row), with four blocks where that stays within 128 registers or the row is
-    light; a few (decode): ~8 per thread, registers
+    the SMs (four, pipelined, on rows 4096 wide with an operand: see test_rule_pipelines_...), and 64
+    a thread on rows 16384 wide (LayerNorm's 8192; not RMSNormQuant's, whose weight comes with the
+    row), with four blocks where that stays within 128 registers or the row is light; a few
+    (decode): ~8 per thread, registers
     unbounded, and a row 4 to 8 slices of 2048 wide split over a cluster of blocks, 16 elements per
     thread."""
     from npuops_norm.rowwise_kernel import rowwise_kernel
@@ -447,6 +448,25 @@ def test_rows_beyond_two_blocks_an_sm_offer_pipelined_launches():
         rowwise_kernel(FUSED_ADD_RMS, (2048, 8192), torch.bfloat16, pipelined=True)
 
 
+@pytest.mark.parametrize("spec,shape,rule", [
+    (RMS, (2048, 4096), True), (LAYER_NORM_QUANT, (2048, 4096), True), (RowNorm("l2_gain"), (2048, 4096), True),
+    (LAYER_NORM, (2048, 3072), True), (RMS_QUANT, (2048, 4096), False), (RowNorm("l2", 1e-12), (2048, 4096), False),
+    (RMS, (2048, 8192), False), (RMS, (2048, 2048), False), (RMS, (256, 4096), False), (FUSED_ADD_RMS, (2048, 4096), False),
+    (LAYER_NORM, (2048, 3000), False)])
+def test_rule_pipelines_many_rows_4096_wide_with_an_operand(spec, shape, rule):
+    """The rule pipelines many plain rows over 2048 and at most 4096 wide that have a weight, bias,
+    modulation or gain (not RMSNormQuant's, whose weight loads with the row; not padded ones), at
+    four blocks an SM; the launch variants then start with it and still offer the rows one a block."""
+    from npuops_norm.rowwise_kernel import launch_variants, rowwise_kernel
+
+    config = rowwise_kernel(spec, shape, torch.bfloat16).config
+    assert config["pipelined"] == rule
+    variants = launch_variants(spec, shape, torch.bfloat16)
+    assert variants[0].get("pipelined", False) == rule
+    if rule:
+        assert config["min_blocks_per_sm"] == 4 and {"threads": config["threads"], "min_blocks": 4} in variants
+
+
 def test_many_layer_norm_rows_offer_rows_held_in_f32():
     """Many plain mean-and-variance rows (quantized or not) may hold the row in f32 from its load,
     the output formed in its place (one f32 fragment, no second); decode rows, rows with a residual
@@ -529,11 +549,11 @@ def test_every_staged_row_passes_the_gate_on_the_gpu(op_name):
 @pytest.mark.parametrize("op_name", ["LayerNormQuantFwd", "LayerNormFwd", "RMSNormQuantFwd", "AdaLayerNormFwd",
                                      "WeightNormFwd"])
 def test_every_pipelined_launch_passes_the_gate_on_the_gpu(op_name):
-    """Every pipelined launch variant on odd shapes (4097 rows, 7168 wide: blocks with one row
-    more than others; 600 rows 16384 wide); the catalog's workloads are gated by the tuning run
-    that times them."""
-    checked, failures = gate_variants(op_name, [(4097, 7168), (600, 16384)], lambda config: config.get("pipelined"),
-                                      seed=41, catalog=False)
+    """Every pipelined launch variant (the rule's among them, 3072 wide) on odd shapes (4097 rows:
+    blocks with one row more than others; 600 rows 16384 wide); the catalog's workloads are gated
+    by the tuning run that times them."""
+    checked, failures = gate_variants(op_name, [(4097, 3072), (4097, 7168), (600, 16384)],
+                                      lambda config: config.get("pipelined"), seed=41, catalog=False)
     assert checked >= 1 and not failures, "\n".join(failures)  # LayerNorm's f32 rows fit one launch there
 
 
