@@ -121,10 +121,11 @@ def absmax_joins_statistic(spec: RowNorm) -> bool:
 
 def pipelines(spec: RowNorm, rows: int, hidden: int) -> bool:
     """The rule's ``pipelined`` (see PIPELINED_ROW): many plain rows over 2048 and at most 4096 wide,
-    with a weight, bias, modulation or gain, but RMSNormQuant's."""
+    unpadded (a multiple of 32: some power-of-two thread count divides them), with a weight, bias,
+    modulation or gain, but RMSNormQuant's."""
     operand = spec.weight is not None or spec.bias or spec.modulated or spec.stat == "l2_gain"
     return (rows > ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM and pipelinable(spec) and PIPELINED_ROW // 2 < hidden <= PIPELINED_ROW
-            and operand and not absmax_joins_statistic(spec))
+            and hidden % 32 == 0 and operand and not absmax_joins_statistic(spec))
 
 
 def min_blocks_per_sm(spec: RowNorm, rows: int, hidden: int, threads: int) -> int:

@@ -452,7 +452,7 @@ def test_rows_beyond_two_blocks_an_sm_offer_pipelined_launches():
     (RMS, (2048, 4096), True), (LAYER_NORM_QUANT, (2048, 4096), True), (RowNorm("l2_gain"), (2048, 4096), True),
     (LAYER_NORM, (2048, 3072), True), (RMS_QUANT, (2048, 4096), False), (RowNorm("l2", 1e-12), (2048, 4096), False),
     (RMS, (2048, 8192), False), (RMS, (2048, 2048), False), (RMS, (256, 4096), False), (FUSED_ADD_RMS, (2048, 4096), False),
-    (LAYER_NORM, (2048, 3000), False)])
+    (LAYER_NORM, (2048, 3000), False)])  # 3000: padded
 def test_rule_pipelines_many_rows_4096_wide_with_an_operand(spec, shape, rule):
     """The rule pipelines many plain rows over 2048 and at most 4096 wide that have a weight, bias,
     modulation or gain (not RMSNormQuant's, whose weight loads with the row; not padded ones), at
