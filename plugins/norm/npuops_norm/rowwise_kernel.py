@@ -119,21 +119,23 @@ def absmax_joins_statistic(spec: RowNorm) -> bool:
     return spec.quant_min_scale is not None and spec.stat == "rms" and not spec.bias and not spec.modulated
 
 
+def loads_operands(spec: RowNorm) -> bool:
+    """Whether a row has operands to load beside itself: a weight, bias, modulation or gain."""
+    return spec.weight is not None or spec.bias or spec.modulated or spec.stat == "l2_gain"
+
+
 def pipelines(spec: RowNorm, rows: int, hidden: int) -> bool:
     """The rule's ``pipelined`` (see PIPELINED_ROW): many plain rows over 2048 and at most 4096 wide,
     unpadded (a multiple of 32: some power-of-two thread count divides them), with a weight, bias,
     modulation or gain, but RMSNormQuant's."""
-    operand = spec.weight is not None or spec.bias or spec.modulated or spec.stat == "l2_gain"
     return (rows > ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM and pipelinable(spec) and PIPELINED_ROW // 2 < hidden <= PIPELINED_ROW
-            and hidden % 32 == 0 and operand and not absmax_joins_statistic(spec))
+            and hidden % 32 == 0 and loads_operands(spec) and not absmax_joins_statistic(spec))
 
 
 def min_blocks_per_sm(spec: RowNorm, rows: int, hidden: int, threads: int) -> int:
     """Blocks per SM to budget registers for: only rows beyond one block an SM share one."""
     if rows <= ONE_WAVE_ROWS:
         return 1
-    if pipelines(spec, rows, hidden):
-        return PIPELINED_BLOCKS_PER_SM
     wide_share = elements_per_thread(spec, rows, hidden) == WIDE_ROW_ELEMENTS_PER_THREAD <= hidden // threads
     if wide_share and (threads <= 128 or light(spec)):
         return WIDE_ROW_BLOCKS_PER_SM
@@ -208,7 +210,7 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
             config = {"threads": threads, "min_blocks": blocks}
             if config not in variants:
                 variants.append(config)
-    if rows > FEW_ROWS and (spec.weight is not None or spec.bias or spec.modulated or spec.stat == "l2_gain"):
+    if rows > FEW_ROWS and loads_operands(spec):
         # the other choice than the rule's (absmax_joins_statistic)
         variants += [{**config, "prefetch": not absmax_joins_statistic(spec)} for config in variants if config["min_blocks"] > 1]
     if rows > FEW_ROWS and chunkable(spec) and hidden >= WIDE_ROW:
@@ -256,8 +258,8 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         variants = [{"threads": threads, "min_blocks": 1, "cluster": blocks},
                     {"threads": threads * 2, "min_blocks": 1, "cluster": blocks},
                     {"threads": threads * 2, "min_blocks": 1, "cluster": blocks // 2}, *variants]
-    if pipelines(spec, rows, hidden) and hidden % variants[0]["threads"] == 0:  # the rule's launch first
-        rule = {**variants[0], "pipelined": True}
+    if pipelines(spec, rows, hidden):  # the rule's launch first (unpadded: its threads divide the row)
+        rule = {"threads": variants[0]["threads"], "min_blocks": PIPELINED_BLOCKS_PER_SM, "pipelined": True}
         variants = [rule, *(v for v in variants if v != rule)]
     return variants
 
@@ -341,8 +343,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         threads, padded = launch_threads(span, dtype.itemsize, elements_per_thread(spec, rows, span))
     else:
         padded = -(-span // threads) * threads
+    if pipelined is None:  # the rule's launch only: a launch variant names its own
+        pipelined = rule_launch and pipelines(spec, rows, span) and not staged and not chunked
     if min_blocks is None:
-        min_blocks = min_blocks_per_sm(spec, rows, span, threads)
+        min_blocks = PIPELINED_BLOCKS_PER_SM if pipelined else min_blocks_per_sm(spec, rows, span, threads)
     if segs > 1:
         padded = hidden * segs
     masked = padded != span
@@ -365,8 +369,6 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         f32_row = holds_f32(spec, rows) and not staged and not chunked
     if f32_row and (not f32_rowable(spec) or staged or chunked):
         raise ValueError("a row held in f32 must be a plain mean-and-variance row without a residual, in registers")
-    if pipelined is None:  # the rule's launch only: a launch variant names its own
-        pipelined = rule_launch and pipelines(spec, rows, span) and not masked and not staged and not chunked
     if pipelined and (not pipelinable(spec) or cluster > 1 or staged or chunked or masked):
         raise ValueError("a pipelined row must be one plain unpadded row a block in registers, with no residual")
     grid = min(rows, H200_SMS * min_blocks) if pipelined else rows  # blocks (each a row, or pipelined: several)
