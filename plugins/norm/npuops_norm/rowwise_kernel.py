@@ -17,7 +17,8 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops.kernels import H200_SMS, VECTOR_BYTES, KernelSpec, tilelang_dtype
+from npuops.kernels import (EVICT_LAST_LOAD, H200_SMS, VECTOR_BYTES, KernelSpec, load_vectors_evict_last,
+                            tilelang_dtype)
 
 from .block_reduce import (block_reducer, cluster_kernel, cluster_split, exchange_slots, group_major, group_values,
                            moments_reducer, reduces_groups, vector_elements)
@@ -130,6 +131,23 @@ def pipelines(spec: RowNorm, rows: int, hidden: int) -> bool:
     modulation or gain, but RMSNormQuant's."""
     return (rows > ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM and pipelinable(spec) and PIPELINED_ROW // 2 < hidden <= PIPELINED_ROW
             and hidden % 32 == 0 and loads_operands(spec) and not absmax_joins_statistic(spec))
+
+
+def evicts_last(spec: RowNorm, rows: int) -> bool:
+    """The rule's ``evict_last`` (where :func:`evict_lastable`): many rows with a residual, two
+    tensors read and two written a row. In h200-s21-evict-probe, at the launch s20e tuned and at
+    the rule's, FusedAddRMSNorm 2048 x 16384 bf16 65.65 -> 63.06 µs, x 8192 f16 32.86 -> 31.62,
+    FusedAddLayerNorm x 16384 33.95 -> 33.05; rows 4096 wide moved under 1%."""
+    return rows > FEW_ROWS and spec.residual
+
+
+def evict_lastable(spec: RowNorm, hidden: int, threads: int, itemsize: int) -> bool:
+    """Whether rows ``hidden`` wide over ``threads`` may be loaded with the evict_last hint
+    (``rowwise_kernel(evict_last=True)``, in registers, one block a row): unpadded rows (or groups
+    of whole warps), whole 16-byte vectors a thread."""
+    lanes = threads // spec.groups
+    return (spec.segments == 1 and hidden % threads == 0 and reduces_groups(spec.groups, threads, hidden // spec.groups)
+            and vector_elements(hidden // spec.groups, lanes, itemsize) * itemsize == VECTOR_BYTES)
 
 
 def min_blocks_per_sm(spec: RowNorm, rows: int, hidden: int, threads: int) -> int:
@@ -252,6 +270,15 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         # with one warp a group it was 2-3% faster (GroupRMS 4096 wide, 256 threads, h200-s14b).
         variants += [{**config, "tile_allreduce": True} for config in variants
                      if reduces_groups(spec.groups, config["threads"], hidden // spec.groups)]
+    if rows > FEW_ROWS and spec.quant_min_scale is None:
+        # The other choice than the rule's (evicts_last) for rows in registers as 16-bit values: in
+        # h200-s21-evict-probe the hint slowed rows held in f32 (LayerNorm 2048 x 16384 35.90 against
+        # 38.42 µs) and quantized rows (RMSNormQuant x 16384 f16 27.41 against 28.21) and sped up wide RMS
+        # rows (QKNorm x 16384 65.85 -> 64.82, GroupRMSNorm 32.57 -> 32.08, AdaLN x 4096 11.66 -> 11.30).
+        variants += [{**config, "evict_last": not evicts_last(spec, rows)} for config in variants
+                     if not config.get("staged") and not config.get("tile_allreduce")
+                     and not config.get("f32_row", holds_f32(spec, rows) and not config.get("chunked"))
+                     and evict_lastable(spec, hidden, config["threads"], dtype.itemsize)]
     split = row_cluster(spec, shape, dtype)
     if split:  # the rule's cluster first, then twice the threads, then half the blocks
         blocks, threads = split
@@ -309,7 +336,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                    threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
                    tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True,
                    staged: bool = False, chunked: bool = False, f32_row: bool | None = None,
-                   pipelined: bool | None = None) -> KernelSpec:
+                   pipelined: bool | None = None, evict_last: bool | None = None) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
@@ -325,7 +352,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     (by default as :func:`holds_f32` says, where the row is neither staged nor chunked); ``pipelined``
     launches ``min_blocks`` blocks an SM, each taking every so many rows, the next row's loads issued
     before this row's reductions (:func:`pipelinable`; by default for the rule's launch as
-    :func:`pipelines` says)."""
+    :func:`pipelines` says); ``evict_last`` loads the row (and its residual) with the L2 hint of
+    ``npuops.kernels.EVICT_LAST_LOAD`` (:func:`evict_lastable`; by default as :func:`evicts_last` says)."""
     import tilelang.language as T
 
     rule_launch = threads is None and min_blocks is None
@@ -378,6 +406,15 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         raise ValueError(f"a row split over {cluster} blocks needs one group and slices the {threads} threads of a "
                          f"block share evenly, got rows {hidden} wide in {G} groups")
     m = padded // G  # per-group length held in registers; the tail past n (if any) is masked
+    lanes = threads // G  # threads a group
+    if evict_last is None:
+        evict_last = (evicts_last(spec, rows) and not staged and cluster == 1 and not masked and own_reducer
+                      and evict_lastable(spec, span, threads, dtype.itemsize))
+    if evict_last and (not own_reducer or masked or cluster > 1 or staged
+                       or vector_elements(m, lanes, dtype.itemsize) * dtype.itemsize != VECTOR_BYTES):
+        raise ValueError(f"rows loaded with the evict_last hint must be unpadded, in registers, one block a row and "
+                         f"whole 16-byte vectors a thread, got {G} groups of {m} over {threads} threads"
+                         f"{', staged' if staged else ''}{f', {cluster} blocks a row' if cluster > 1 else ''}")
     rows_per_sample = rows // samples
     # Where this block's slice of the row starts: bound when the kernel's block index is (a cluster
     # splits the row; otherwise 0).
@@ -459,6 +496,19 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         for g, j in T.Parallel(G, m):
             fragment[g, j] = element(g, j)
 
+    @T.macro
+    def stream_row(fragment, element):
+        """load_row of a row tensor's elements (``element(g, j)`` indexes one), with evict_last through
+        the hint: into a 16-bit fragment first where the row is held in f32."""
+        if not evict_last:
+            load_row(fragment, element)
+        elif str(fragment.dtype) == dt:
+            load_vectors_evict_last(fragment, element, m, lanes, vector_elements(m, lanes, dtype.itemsize))
+        else:
+            loaded = row_fragment(dt)
+            load_vectors_evict_last(loaded, element, m, lanes, vector_elements(m, lanes, dtype.itemsize))
+            load_row(fragment, lambda g, j: loaded[g, j])
+
     # Per-element terms of the reductions, as functions of (g, j) for reduce_row.
     def values_of(raw):
         return lambda g, j: value(raw, g, j)
@@ -524,9 +574,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         elif pending is not None:  # pipelined: the row arrived in ``pending``, which now takes the next
             load_row(raw, lambda g, j: pending[g, j])
             if row + grid < rows:
-                load_row(pending, lambda g, j: X[at(row + grid, g, j)])
+                stream_row(pending, lambda g, j: X[at(row + grid, g, j)])
         else:
-            load_row(raw, lambda g, j: X[at(row, g, j)])
+            stream_row(raw, lambda g, j: X[at(row, g, j)])
         if prefetch and spec.weight is not None:
             W_row = row_fragment(dt)
             load_row(W_row, lambda g, j: W[col(g, j)])
@@ -544,8 +594,13 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             gain = T.alloc_fragment((1,), F32)
             gain[0] = T.Cast(F32, Gain[row, 0])
         if spec.residual:
+            residual = (lambda g, j: staged_residual[g, j]) if staged else (lambda g, j: R[at(row, g, j)])
+            if evict_last:
+                loaded_residual = row_fragment(dt)
+                stream_row(loaded_residual, residual)
+                residual = lambda g, j: loaded_residual[g, j]
             for g, j in T.Parallel(G, m):
-                raw[g, j] = T.Cast(dt, T.Cast(F32, raw[g, j]) + T.Cast(F32, staged_residual[g, j] if staged else R[at(row, g, j)]))
+                raw[g, j] = T.Cast(dt, T.Cast(F32, raw[g, j]) + T.Cast(F32, residual(g, j)))
             for g, j in T.Parallel(G, m):
                 if not masked or j < n:
                     R[at(row, g, j)] = raw[g, j]
@@ -662,7 +717,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             else:
                 Y = arg("y", row_shape)
         with cluster_kernel(grid * cluster, cluster, threads, 2 if spec.pair else 1,
-                            prelude=COMPILER_FENCE if chunked else "") as (block, which):
+                            prelude=(COMPILER_FENCE if chunked else "") + (EVICT_LAST_LOAD if evict_last else "")) as (block, which):
             if chunked:  # loads of restrict (read-only) operands would move across the fence
                 T.annotate_restrict_buffers(*(V for V in (W, B, Shift, Scale) if V is not None))
             row = block // cluster if cluster > 1 else block
@@ -678,7 +733,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                     normalize_row(Xk, Wk, None, None, None, None, None, Yk, None, None, row)
             elif pipelined:
                 pending = row_fragment(dt)
-                load_row(pending, lambda g, j: X[at(block, g, j)])
+                stream_row(pending, lambda g, j: X[at(block, g, j)])
                 for i in T.serial(-(-rows // grid)):
                     if block + i * grid < rows:
                         if spec.quant_min_scale is not None:
@@ -707,4 +762,4 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "padded_to": padded,
                        "masked": masked, "prefetch": prefetch, "warp_reduce": own_reducer, "cluster": cluster,
                        "welford": welford, "staged": staged, "chunked": chunked, "f32_row": f32_row,
-                       "pipelined": pipelined})
+                       "pipelined": pipelined, "evict_last": evict_last})

@@ -448,6 +448,32 @@ def test_rows_beyond_two_blocks_an_sm_offer_pipelined_launches():
         rowwise_kernel(FUSED_ADD_RMS, (2048, 8192), torch.bfloat16, pipelined=True)
 
 
+def test_many_rows_with_a_residual_load_with_the_evict_last_hint():
+    """The rule loads many rows with a residual (and the residual) with the evict_last L2 hint, one
+    16-byte load a vector; the launch variants offer the other choice for rows held as 16-bit values
+    (not quantized ones, not rows held in f32, not staged or padded ones)."""
+    from npuops_norm.rowwise_kernel import launch_variants, rowwise_kernel
+
+    for spec, shape, rule in [(FUSED_ADD_RMS, (2048, 16384), True), (RowNorm("meanvar", 1e-5, weight="w", bias=True, residual=True), (2048, 8192), True),
+                              (FUSED_ADD_RMS, (4, 8192), False), (FUSED_ADD_RMS, (2048, 1000), False),
+                              (RMS, (2048, 8192), False)]:
+        assert rowwise_kernel(spec, shape, torch.bfloat16).config["evict_last"] == rule
+    kernel = rowwise_kernel(FUSED_ADD_RMS, (2048, 16384), torch.bfloat16, threads=512, min_blocks=2)
+    source = compile_kernel(kernel.prim_func, arch="sm_90").get_kernel_source()
+    assert source.count("npuops_load_evict_last((&") == 8  # 4 vectors a thread of the row and of the residual
+    assert "L2::evict_last" in source
+    others = [v for v in launch_variants(FUSED_ADD_RMS, (2048, 16384), torch.bfloat16) if "evict_last" in v]
+    assert others and not any(v["evict_last"] or v.get("staged") for v in others)
+    assert any(v.get("evict_last") for v in launch_variants(RMS, (2048, 16384), torch.bfloat16))
+    for spec, shape in [(RMS_QUANT, (2048, 16384)), (LAYER_NORM, (4, 8192)), (RMS, (2048, 1000))]:
+        assert not any("evict_last" in v for v in launch_variants(spec, shape, torch.bfloat16))
+    assert not any(v.get("evict_last") and v.get("f32_row", True) for v in launch_variants(LAYER_NORM, (2048, 8192), torch.bfloat16))
+    with pytest.raises(ValueError, match="evict_last"):
+        rowwise_kernel(RMS, (2048, 1000), torch.bfloat16, evict_last=True)  # padded and masked
+    with pytest.raises(ValueError, match="evict_last"):
+        rowwise_kernel(FUSED_ADD_RMS, (2048, 8192), torch.bfloat16, threads=256, min_blocks=2, staged=True, evict_last=True)
+
+
 @pytest.mark.parametrize("spec,shape,rule", [
     (RMS, (2048, 4096), True), (LAYER_NORM_QUANT, (2048, 4096), True), (RowNorm("l2_gain"), (2048, 4096), True),
     (LAYER_NORM, (2048, 3072), True), (RMS_QUANT, (2048, 4096), False), (RowNorm("l2", 1e-12), (2048, 4096), False),
@@ -555,6 +581,19 @@ def test_every_pipelined_launch_passes_the_gate_on_the_gpu(op_name):
     checked, failures = gate_variants(op_name, [(4097, 3072), (4097, 7168), (600, 16384)],
                                       lambda config: config.get("pipelined"), seed=41, catalog=False)
     assert checked >= 1 and not failures, "\n".join(failures)  # LayerNorm's f32 rows fit one launch there
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", ["FusedAddRMSNormFwd", "FusedAddLayerNormFwd", "RMSNormFwd", "QKNormFwd",
+                                     "GroupRMSNormFwd", "AdaLayerNormFwd"])
+def test_every_launch_with_the_evict_last_hint_passes_the_gate_on_the_gpu(op_name):
+    """Every launch variant loading rows with the evict_last hint (the rule's for rows with a
+    residual) on odd shapes (4097 rows 7168 wide: 7 vectors a thread at 128 threads; 133 x 16384);
+    the catalog's workloads are gated by the tuning run that times them."""
+    residual = op_name.startswith("FusedAdd")
+    checked, failures = gate_variants(op_name, [(4097, 7168), (133, 16384)],
+                                      lambda config: config.get("evict_last", residual), seed=43, catalog=False)
+    assert checked >= 4 and not failures, "\n".join(failures)
 
 
 @pytest.mark.gpu
