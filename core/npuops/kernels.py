@@ -89,10 +89,11 @@ def interleaved_vectors(rows: int, length: int, lanes: int, vector: int) -> Any:
 
 # The kernel prelude (``T.Kernel(prelude=...)``) :func:`load_vectors_evict_last` needs: a 16-byte
 # global load whose L2 lines are evicted after all others (PTX ``evict_last``, as Triton lowers
-# ``eviction_policy="evict_last"``). Streaming a row in that way made Triton's FusedAddRMSNorm
-# 2048 x 16384 3-4% faster on the H200 (benchmarks/h200-s21-evict-probe): dirty output lines leave
-# the L2 first. The lines keep that priority until evicted; the timing protocol resets it between
-# iterations (docs/timing.md), as the next kernel in a model would not.
+# ``eviction_policy="evict_last"``). Rows read once and streamed so ran 3-4% faster on the H200
+# (FusedAddRMSNorm 2048 x 16384: Triton in benchmarks/h200-s21-triton-far-probe, ours in
+# h200-s21-evict-probe), presumably because the dirty output lines then leave the L2 first (not
+# probed). The lines keep that priority after the kernel, until evicted: the timing protocol resets
+# it before each iteration (docs/timing.md); in a model the next kernels find them there.
 EVICT_LAST_LOAD = r"""
 static __device__ __forceinline__ void npuops_load_evict_last(void* dst, const void* src) {
   unsigned long long policy;

@@ -407,11 +407,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                          f"block share evenly, got rows {hidden} wide in {G} groups")
     m = padded // G  # per-group length held in registers; the tail past n (if any) is masked
     lanes = threads // G  # threads a group
+    hintable = own_reducer and cluster == 1 and not staged and evict_lastable(spec, span, threads, dtype.itemsize)
     if evict_last is None:
-        evict_last = (evicts_last(spec, rows) and not staged and cluster == 1 and not masked and own_reducer
-                      and evict_lastable(spec, span, threads, dtype.itemsize))
-    if evict_last and (not own_reducer or masked or cluster > 1 or staged
-                       or vector_elements(m, lanes, dtype.itemsize) * dtype.itemsize != VECTOR_BYTES):
+        evict_last = evicts_last(spec, rows) and hintable
+    if evict_last and not hintable:
         raise ValueError(f"rows loaded with the evict_last hint must be unpadded, in registers, one block a row and "
                          f"whole 16-byte vectors a thread, got {G} groups of {m} over {threads} threads"
                          f"{', staged' if staged else ''}{f', {cluster} blocks a row' if cluster > 1 else ''}")
