@@ -34,3 +34,29 @@ def test_the_cpu_target_runs_a_kernel_whose_fragments_have_thread_layouts():
     x, y = torch.randn(threads, width), torch.full((threads, width), float("nan"))
     compile_kernel(double, target=CPU_TARGET)(x, y)
     assert torch.equal(y, x * 2)
+
+
+def test_evict_last_loads_fill_an_interleaved_fragment_a_vector_at_a_time():
+    """load_vectors_evict_last issues one hinted 16-byte load per vector a thread holds under the
+    interleaved_vectors layout, at that vector's column, into that vector's registers."""
+    pytest.importorskip("tilelang")
+    import tilelang.language as T
+    from npuops.kernels import EVICT_LAST_LOAD, interleaved_vectors, load_vectors_evict_last
+
+    threads, length, vector = 128, 2048, 8  # 2 vectors a thread, 1024 elements apart
+
+    @T.prim_func
+    def copy(X: T.Tensor((4, length), "bfloat16"), Y: T.Tensor((4, length), "bfloat16")):
+        with T.Kernel(4, threads=threads, prelude=EVICT_LAST_LOAD) as row:
+            held = T.alloc_fragment((1, length), "bfloat16")
+            T.annotate_layout({held: interleaved_vectors(1, length, threads, vector)})
+            load_vectors_evict_last(held, lambda p, k: X[row, k], length, threads, vector)
+            for p, k in T.Parallel(1, length):
+                Y[row, k] = held[p, k]
+
+    source = compile_kernel(copy, arch="sm_90").get_kernel_source()
+    body = source[source.index("__launch_bounds__"):]
+    assert body.count("npuops_load_evict_last(") == 2
+    assert "(&(held[0])), (&(X[((((int)blockIdx.x) * 2048) + (((int)threadIdx.x) * 8))]))" in body
+    assert "(&(held[8])), (&(X[(((((int)blockIdx.x) * 2048) + (((int)threadIdx.x) * 8)) + 1024)]))" in body
+    assert "createpolicy.fractional.L2::evict_last" in source and "L2::cache_hint.v4.u32" in source
