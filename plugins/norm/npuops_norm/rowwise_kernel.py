@@ -110,6 +110,13 @@ def holds_f32(spec: RowNorm, rows: int) -> bool:
     return rows > FEW_ROWS and f32_rowable(spec) and not spec.modulated
 
 
+def held_in_f32(spec: RowNorm, rows: int, f32_row: bool | None = None, staged: bool = False,
+                chunked: bool = False) -> bool:
+    """Whether a launch holds its rows in f32: as ``f32_row`` asks, else as :func:`holds_f32` says
+    where the row is neither staged nor chunked."""
+    return holds_f32(spec, rows) and not staged and not chunked if f32_row is None else f32_row
+
+
 def absmax_joins_statistic(spec: RowNorm) -> bool:
     """Quantized RMS rows without bias or modulation: y = x w / rms, so max |y| = max |x w| / rms,
     reduced with the sum of squares behind the same barrier once the weight is loaded with the row
@@ -277,7 +284,7 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         # rows (QKNorm x 16384 65.85 -> 64.82, GroupRMSNorm 32.57 -> 32.08, AdaLN x 4096 11.66 -> 11.30).
         variants += [{**config, "evict_last": not evicts_last(spec, rows)} for config in variants
                      if not config.get("staged") and not config.get("tile_allreduce")
-                     and not config.get("f32_row", holds_f32(spec, rows) and not config.get("chunked"))
+                     and not held_in_f32(spec, rows, config.get("f32_row"), chunked=config.get("chunked", False))
                      and evict_lastable(spec, hidden, config["threads"], dtype.itemsize)]
     split = row_cluster(spec, shape, dtype)
     if split:  # the rule's cluster first, then twice the threads, then half the blocks
@@ -393,8 +400,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         raise ValueError(f"a row stored a vector at a time must be one plain unpadded row a block in registers with "
                          f"per-column operands, got {G} groups, {segs} segments, {cluster} blocks a row, "
                          f"{span} elements over {threads} threads{', staged' if staged else ''}")
-    if f32_row is None:
-        f32_row = holds_f32(spec, rows) and not staged and not chunked
+    f32_row = held_in_f32(spec, rows, f32_row, staged, chunked)
     if f32_row and (not f32_rowable(spec) or staged or chunked):
         raise ValueError("a row held in f32 must be a plain mean-and-variance row without a residual, in registers")
     if pipelined and (not pipelinable(spec) or cluster > 1 or staged or chunked or masked):
@@ -407,6 +413,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                          f"block share evenly, got rows {hidden} wide in {G} groups")
     m = padded // G  # per-group length held in registers; the tail past n (if any) is masked
     lanes = threads // G  # threads a group
+    lane_vector = vector_elements(m, lanes, dtype.itemsize)  # elements of one of a thread's vectors
     hintable = own_reducer and cluster == 1 and not staged and evict_lastable(spec, span, threads, dtype.itemsize)
     if evict_last is None:
         evict_last = evicts_last(spec, rows) and hintable
@@ -502,10 +509,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         if not evict_last:
             load_row(fragment, element)
         elif str(fragment.dtype) == dt:
-            load_vectors_evict_last(fragment, element, m, lanes, vector_elements(m, lanes, dtype.itemsize))
+            load_vectors_evict_last(fragment, element, m, lanes, lane_vector)
         else:
             loaded = row_fragment(dt)
-            load_vectors_evict_last(loaded, element, m, lanes, vector_elements(m, lanes, dtype.itemsize))
+            load_vectors_evict_last(loaded, element, m, lanes, lane_vector)
             load_row(fragment, lambda g, j: loaded[g, j])
 
     # Per-element terms of the reductions, as functions of (g, j) for reduce_row.

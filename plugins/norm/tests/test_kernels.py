@@ -40,6 +40,7 @@ def test_every_row_norm_has_a_kernel():
 ROW_KERNEL_OPS = sorted(EXPECTED - {"SpectralNormPowerIterFwd"})
 RMS = RowNorm("rms", 1e-6, weight="w")
 FUSED_ADD_RMS = RowNorm("rms", 1e-6, weight="w", residual=True)
+FUSED_ADD_LAYER_NORM = RowNorm("meanvar", 1e-5, weight="w", bias=True, residual=True)
 LAYER_NORM = RowNorm("meanvar", 1e-5, weight="w", bias=True)
 LAYER_NORM_QUANT = RowNorm("meanvar", 1e-5, weight="w", bias=True, quant_min_scale=1e-8)
 RMS_QUANT = RowNorm("rms", 1e-6, weight="w", quant_min_scale=1e-8)
@@ -454,7 +455,7 @@ def test_many_rows_with_a_residual_load_with_the_evict_last_hint():
     (not quantized ones, not rows held in f32, not staged or padded ones)."""
     from npuops_norm.rowwise_kernel import launch_variants, rowwise_kernel
 
-    for spec, shape, rule in [(FUSED_ADD_RMS, (2048, 16384), True), (RowNorm("meanvar", 1e-5, weight="w", bias=True, residual=True), (2048, 8192), True),
+    for spec, shape, rule in [(FUSED_ADD_RMS, (2048, 16384), True), (FUSED_ADD_LAYER_NORM, (2048, 8192), True),
                               (FUSED_ADD_RMS, (4, 8192), False), (FUSED_ADD_RMS, (2048, 1000), False),
                               (RMS, (2048, 8192), False)]:
         assert rowwise_kernel(spec, shape, torch.bfloat16).config["evict_last"] == rule
@@ -501,14 +502,13 @@ def test_many_layer_norm_rows_offer_rows_held_in_f32():
 
     choices = [v for v in launch_variants(LAYER_NORM_QUANT, (2048, 16384), torch.bfloat16) if "f32_row" in v]
     assert choices and not any(v.get("chunked") or v.get("staged") for v in choices)
-    fused_add_layer_norm = RowNorm("meanvar", 1e-5, weight="w", bias=True, residual=True)
     # The rule holds many LayerNorm rows in f32 (offering them in 16 bits), other rows in 16 bits.
     for spec, shape, rule in [(LAYER_NORM, (2048, 8192), True), (LAYER_NORM_QUANT, (2048, 16384), True),
                               (LAYER_NORM, (2048, 4096), True), (LAYER_NORM, (4, 8192), False)]:
         assert rowwise_kernel(spec, shape, torch.bfloat16).config["f32_row"] == rule
         assert {v.get("f32_row", rule) for v in launch_variants(spec, shape, torch.bfloat16)} == ({True, False} if shape[0] > 8 else {False})
     assert not rowwise_kernel(LAYER_NORM, (2048, 8192), torch.bfloat16, staged=True).config["f32_row"]
-    for spec, shape in [(LAYER_NORM_QUANT, (1, 16384)), (RMS_QUANT, (2048, 16384)), (fused_add_layer_norm, (2048, 8192)),
+    for spec, shape in [(LAYER_NORM_QUANT, (1, 16384)), (RMS_QUANT, (2048, 16384)), (FUSED_ADD_LAYER_NORM, (2048, 8192)),
                         (RMS, (2048, 16384))]:
         assert not any(v.get("f32_row") for v in launch_variants(spec, shape, torch.bfloat16))
     source = compile_kernel(rowwise_kernel(LAYER_NORM_QUANT, (2048, 4096), torch.bfloat16, threads=128,
