@@ -21,6 +21,17 @@ h200-s18b-spectral-f49a67c's tunings (2048 x 4096: 23.62 -> 19.20 µs; 8192: 37.
 71.94 -> 62.37); pass 3 streamed took h200-s19a-spectral-a6d6bb8's to 19.01, 27.46 and 54.94, and
 pass 4 writing pass 3's last rows from registers took 16384 wide to 53.12 (h200-s19c-spectral-8778ef0).
 
+Column slabs (:func:`_column_slabs`, launch variants): the same one cooperative launch, each block
+all rows of a slab of columns instead. Wᵀu is whole for a block's columns once it has read its
+slab, so its partial sums of W t over those columns follow at once, with no barrier between the
+two passes over W and no pass 2: two grid barriers instead of three. Steps over a slab are held in
+shared memory, then in registers, the rest read again. In h200-s22-spectral-slab-probe they took
+16384 wide f16 from 52.46 to 47.27 µs and 8192 f16 from 26.85 to 25.49, but were behind at bf16
+4096 and 8192 by 0.3 µs. That was an earlier form, not committed: 16 loads in flight a thread
+(which spilled registers where steps were held in registers at 512 threads), the rest read again
+in pass 1's order, and the blocks' sums reduced by a tile reduction that needs a power-of-two
+count of blocks.
+
 The five-launch form, a launch variant (and the rule where the cooperative kernel's accumulators
 would not fit in registers): passes 1 (column tiles x row chunks, each thread keeping ROW_UNROLL
 rows' loads in flight), 2 (one block per column tile), 3 (one block per row), 4 (one block), 5
@@ -33,11 +44,11 @@ t = u0 w, so ||t||² = u0² ||w||², s = w·v' = u0 ||w||² / nt and sigma follo
 enough (block_reduce.cluster_split). The five launches' pass 3 keeps TileLang's all-reduce: the
 one-barrier form measured 1-7% slower on the prefill rows (h200-s8a, h200-s8b against h200-s7b).
 
-Launch variants (``npuops run --tune``): the cooperative kernel's threads; threads of the per-row
-kernels (3, 5 and the single row), the single row's cluster, row chunks of the column partials,
-and programmatic dependent launch (``pdl``): each of passes 2-5 may start while the pass before it
-finishes, passes 3 and 5 loading their rows of W before they wait for it (``griddepcontrol``);
-the default comes first.
+Launch variants (``npuops run --tune``): the cooperative kernel's threads; the column slabs'
+threads and steps held in registers; threads of the per-row kernels (3, 5 and the single row), the
+single row's cluster, row chunks of the column partials, and programmatic dependent launch
+(``pdl``): each of passes 2-5 may start while the pass before it finishes, passes 3 and 5 loading
+their rows of W before they wait for it (``griddepcontrol``); the default comes first.
 
 TileLang is imported when a kernel is built. (No ``from __future__ import annotations`` here:
 TileLang evaluates the prim_funcs' tensor annotations, which must see the enclosing shapes.)
@@ -47,7 +58,7 @@ TileLang evaluates the prim_funcs' tensor annotations, which must see the enclos
 from collections.abc import Callable
 
 import torch
-from npuops.kernels import H200_SMS, compile_kernel, tilelang_dtype
+from npuops.kernels import H200_SMS, VECTOR_BYTES, compile_kernel, tilelang_dtype
 
 from .block_reduce import block_reducer, cluster_kernel, cluster_split, exchange_slots, thread_major
 
@@ -77,8 +88,9 @@ def default_row_chunks(rows: int, cols: int) -> int:
     return min(rows // ROW_UNROLL, max(ROW_CHUNKS, COLUMN_PARTIAL_BLOCKS // (cols // COLUMN_TILE)))
 
 
-def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
-    """Launch configurations ``npuops run --tune`` chooses among, the default first."""
+def launch_variants(rows: int, cols: int, itemsize: int) -> list[dict[str, int]]:
+    """Launch configurations ``npuops run --tune`` chooses among for W [rows, cols] of ``itemsize``
+    bytes an element, the default first."""
     if rows == 1:
         split = cluster_split(cols)
         clustered = [{"threads": t, "cluster": split[0]} for t in (split[1], split[1] * 2)] if split else []
@@ -94,7 +106,11 @@ def launch_variants(rows: int, cols: int) -> list[dict[str, int]]:
     # The cooperative kernel first, at 512 threads (h200-s19a: 2048 x 4096 19.01 µs against 19.17 at
     # 256, 8192 wide 27.46 against 28.13), or 256 where 512 would not have whole vectors a thread.
     cooperative = [{"threads": t, "cooperative": True} for t in (ROW_THREADS, ROW_THREADS // 2) if cooperative_fits(rows, cols, t)]
-    return cooperative + [{**config, "pdl": True} for config in (variants[1], variants[0])] + variants
+    # Column slabs next: in h200-s22-spectral-slab-probe they were ahead on four of the six catalog
+    # prefill rows (16384 wide f16 52.46 -> 47.27 µs, bf16 53.05 -> 50.56; 8192 f16 26.85 -> 25.49)
+    # and behind on two (4096 bf16 18.94 against 19.28, 8192 bf16 27.41 against 27.74).
+    slabs = [{"threads": t, "column_slabs": True, "register_steps": k} for t, k in column_slab_choices(rows, cols, itemsize)]
+    return cooperative + slabs + [{**config, "pdl": True} for config in (variants[1], variants[0])] + variants
 
 
 def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = ROW_THREADS, cluster: int = 1):
@@ -316,6 +332,26 @@ def held_rows(rows: int, cols: int, itemsize: int, blocks: int) -> int:
     return min(rows // blocks, max(0, SHARED_BYTES - SHARED_SPARE) // (cols * itemsize))
 
 
+def block_summer(threads: int):
+    """A macro ``block_sum(value, partial, warp_sums, out, b, tx)``: out[b] = the sum of every
+    thread's value() (thread 0 stores it), over each warp by shuffles, then over the warps through
+    warp_sums (threads // 32 shared f32); partial, a (1,) local, ends holding it on thread 0."""
+    import tilelang.language as T
+
+    @T.macro
+    def block_sum(value, partial, warp_sums, out, b, tx):
+        partial[0] = T.warp_reduce_sum(value())
+        if tx % 32 == 0:
+            warp_sums[tx // 32] = partial[0]
+        T.sync_threads()
+        if tx == 0:
+            for k in T.serial(1, threads // 32):
+                partial[0] += warp_sums[k]
+            out[b] = partial[0]
+
+    return block_sum
+
+
 def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threads: int, blocks: int):
     """All five passes in one cooperative launch, each block a slab of rows, grid barriers where a
     pass needs the whole of the one before: W is read from DRAM once (pass 1), the first rows of
@@ -325,6 +361,7 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
     import tilelang.language as T
 
     vec = 8
+    block_sum = block_summer(threads)
     slab, chunk = rows // blocks, cols // blocks  # this block's rows, and columns of t it sums
     held = held_rows(rows, cols, itemsize, blocks)  # at least 3 rows of 16384 f32 columns: cooperative_fits
     per_row = cols // (threads * vec)  # vectors of a row per thread (passes 1 and 3)
@@ -334,19 +371,6 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
     # Rows not held that pass 4 takes from pass 3's registers: its last group (row_groups) of them.
     streamed = slab - held
     kept = streamed % in_flight or min(streamed, in_flight)
-
-    @T.macro
-    def block_sum(value, partial, warp_sums, out, b, tx):
-        """out[b] = the sum of every thread's value() (thread 0 stores it): over each warp by shuffles,
-        then over the warps through warp_sums; partial, a (1,) local, ends holding it on thread 0."""
-        partial[0] = T.warp_reduce_sum(value())
-        if tx % 32 == 0:
-            warp_sums[tx // 32] = partial[0]
-        T.sync_threads()
-        if tx == 0:
-            for k in T.serial(1, warps):
-                partial[0] += warp_sums[k]
-            out[b] = partial[0]
 
     @T.prim_func
     def main(W: T.Tensor((rows, cols), dt), U: T.Tensor((rows,), dt), Out: T.Tensor((rows, cols), dt),
@@ -468,6 +492,243 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
     return main
 
 
+COLUMN_SLAB_IN_FLIGHT = 8  # 16-byte loads of W each thread of the column-slab kernel has in flight
+
+
+def column_slab_blocks(rows: int, cols: int, itemsize: int, sms: int = H200_SMS) -> int | None:
+    """Blocks of :func:`_column_slabs`: the most, at most one an SM, whose slabs of columns are
+    whole 16-byte vectors of a row spread over a power of two of a warp's lanes, with an equal
+    share of the rows each for the last sums; None where no count does."""
+    vec = VECTOR_BYTES // itemsize
+    for blocks in range(min(sms, cols // vec), 0, -1):
+        lanes = cols // blocks // vec
+        if cols % blocks == 0 and rows % blocks == 0 and (cols // blocks) % vec == 0 and lanes <= 32 \
+                and lanes & (lanes - 1) == 0:
+            return blocks
+    return None
+
+
+def column_slabs_fit(rows: int, cols: int, itemsize: int, threads: int) -> bool:
+    """Whether :func:`_column_slabs` takes W [rows, cols] at ``threads``: each step over a slab
+    covers a whole number of rows, the rows split evenly into steps, and a block's share of the
+    rows for the last sums is at most a thread each."""
+    blocks = column_slab_blocks(rows, cols, itemsize)
+    if rows < 2 or blocks is None:
+        return False
+    lanes = cols // blocks // (VECTOR_BYTES // itemsize)
+    return threads % lanes == 0 and rows % (threads // lanes) == 0 and rows // blocks <= threads
+
+
+COLUMN_SLAB_REGISTER_STEPS = {512: (0, 4), 256: (0, 16, 24)}  # the most at 512 threads spills no register
+
+
+def column_slab_choices(rows: int, cols: int, itemsize: int) -> list[tuple[int, int]]:
+    """(threads, register_steps) of the column-slab kernel's launch variants for W [rows, cols]:
+    each threads count that fits, each number of steps held in registers that holds more of them
+    than the one before (none where shared memory holds every step)."""
+    choices = []
+    for threads, options in COLUMN_SLAB_REGISTER_STEPS.items():
+        if column_slabs_fit(rows, cols, itemsize, threads):
+            held = [column_slab_steps(rows, cols, itemsize, threads, k)[1] for k in options]
+            choices += [(threads, k) for position, k in enumerate(options) if position == 0 or held[position] > held[position - 1]]
+    return choices
+
+
+def column_slab_steps(rows: int, cols: int, itemsize: int, threads: int, register_steps: int) -> tuple[int, int, int]:
+    """Steps of :func:`_column_slabs` over a slab (a 16-byte vector a thread each) held in shared
+    memory, held in registers (at most ``register_steps``) and read again, in that order."""
+    blocks = column_slab_blocks(rows, cols, itemsize)
+    width = cols // blocks
+    lanes = width // (VECTOR_BYTES // itemsize)
+    steps, chunk = rows * lanes // threads, rows // blocks
+    warps = threads // 32
+    # the sums' shared memory: pass 1's warp sums and t, the rows' partial sums of z and z, block sums
+    spare = 4 * (warps * width + width + threads + chunk + 2 * warps) + 1024
+    in_shared = min(steps, (SHARED_BYTES - spare) // (threads * VECTOR_BYTES))
+    in_registers = min(steps - in_shared, register_steps)
+    return in_shared, in_registers, steps - in_shared - in_registers
+
+
+def _column_slabs(rows: int, cols: int, dt: str, itemsize: int, eps: float, threads: int, blocks: int,
+                  register_steps: int, in_flight: int = COLUMN_SLAB_IN_FLIGHT):
+    """The power iteration in one cooperative launch, each block a slab of W's columns (all rows):
+    t = Wᵀu is whole for a block's columns once it has read them, so its share of z = W t (partial
+    sums over its columns, every row) follows at once, from the slab it holds, with no grid barrier
+    between; one barrier before the rows' sums of z, one before the scalars. Each thread takes one
+    16-byte vector of a row a step, ``lanes`` threads a row, ``row_step`` rows a step, ``in_flight``
+    steps' loads at a time; the first steps stay in shared memory from pass 1 on, the next
+    ``register_steps`` in registers, the rest are read again: pass 3 from the last pass 1 read, so
+    that what the L2 still holds is read first, and pass 4 the other way."""
+    import tilelang.language as T
+
+    vec = VECTOR_BYTES // itemsize
+    width = cols // blocks  # columns of a block's slab
+    lanes = width // vec  # threads along a row of the slab
+    row_step = threads // lanes  # rows a step covers
+    chunk = rows // blocks  # rows whose z the block sums
+    summers = threads // chunk  # threads summing each of them
+    warps = threads // 32
+    in_shared, in_registers, streamed = column_slab_steps(rows, cols, itemsize, threads, register_steps)
+    first_streamed = in_shared + in_registers
+    lane_masks = tuple(1 << k for k in range(lanes.bit_length() - 1))  # xor partners within a row's lanes
+    row_masks = tuple(lanes << k for k in range((32 // lanes).bit_length() - 1))  # partners with the same columns
+    block_sum = block_summer(threads)
+
+    @T.macro
+    def slab_dot(w, i, dots, t_share, z_partials, b, row, lane):
+        """z_partials[b, row] = the slab's part of row's dot with t, from w[i] on each of its lanes."""
+        dots[i] = 0.0
+        for e in T.unroll(vec):
+            dots[i] += T.Cast(F32, w[i, e]) * t_share[e]
+        for mask in lane_masks:
+            dots[i] += T.shfl_xor(dots[i], mask)
+        if lane == 0:
+            z_partials[b, row] = dots[i]
+
+    @T.macro
+    def sum_of_blocks(partials, total, warp_lane):
+        """total[0] = the sum of partials[0..blocks), on every thread: each warp sums them all (a
+        few loads a lane), so no thread waits for another."""
+        total[0] = 0.0
+        for k in T.serial(T.ceildiv(blocks - warp_lane, 32)):
+            total[0] += partials[warp_lane + k * 32]
+        total[0] = T.warp_reduce_sum(total[0])
+
+    @T.macro
+    def scaled_store(w, i, out, inv_sigma, Out, row, column):
+        for e in T.unroll(vec):
+            out[e] = T.Cast(dt, T.Cast(F32, w[i, e]) * inv_sigma)
+        for e in T.vectorized(vec):
+            Out[row, column + e] = out[e]
+
+    @T.prim_func
+    def main(W: T.Tensor((rows, cols), dt), U: T.Tensor((rows,), dt), Out: T.Tensor((rows, cols), dt),
+             UOut: T.Tensor((rows,), dt), VOut: T.Tensor((cols,), dt), ZPartials: T.Tensor((blocks, rows), F32),
+             TSquares: T.Tensor((blocks,), F32), ZSquares: T.Tensor((blocks,), F32)):
+        with T.Kernel(blocks, threads=threads) as b:
+            tx = T.get_thread_binding()
+            lane = tx % lanes
+            column = b * width + lane * vec  # of this thread's vector in every row it takes
+            row_of = lambda nth: nth * row_step + tx // lanes  # this thread's row in step nth
+            # 1. t over the slab's columns; the first steps kept in shared memory, the next in registers
+            shared_w = T.alloc_shared((max(in_shared, 1), threads, vec), dt)
+            register_w = T.alloc_local((max(in_registers, 1), vec), dt)
+            w = T.alloc_local((in_flight, vec), dt)
+            u = T.alloc_local((in_flight,), F32)
+            acc = T.alloc_local((vec,), F32)
+            for e in T.unroll(vec):
+                acc[e] = 0.0
+            for first, count in ((0, in_shared), (first_streamed, streamed)):
+                for steps, unroll, offset in row_groups(count, in_flight):
+                    for step in T.serial(steps):
+                        for i in T.unroll(unroll):
+                            for e in T.vectorized(vec):
+                                w[i, e] = W[row_of(first + offset + step * unroll + i), column + e]
+                            u[i] = T.Cast(F32, U[row_of(first + offset + step * unroll + i)])
+                        for i in T.unroll(unroll):
+                            if first == 0:
+                                for e in T.vectorized(vec):
+                                    shared_w[offset + step * unroll + i, tx, e] = w[i, e]
+                            for e in T.unroll(vec):
+                                acc[e] += T.Cast(F32, w[i, e]) * u[i]
+                if first == 0:
+                    for j in T.unroll(in_registers):
+                        for e in T.vectorized(vec):
+                            register_w[j, e] = W[row_of(in_shared + j), column + e]
+                    for j in T.unroll(in_registers):
+                        for e in T.unroll(vec):
+                            acc[e] += T.Cast(F32, register_w[j, e]) * T.Cast(F32, U[row_of(in_shared + j)])
+            for e in T.unroll(vec):
+                for mask in row_masks:
+                    acc[e] += T.shfl_xor(acc[e], mask)
+            warp_t = T.alloc_shared((warps, width), F32)
+            if tx % 32 < lanes:
+                for e in T.unroll(vec):
+                    warp_t[tx // 32, lane * vec + e] = acc[e]
+            T.sync_threads()
+            t_slab = T.alloc_shared((width,), F32)
+            total = T.alloc_local((1,), F32)
+            total[0] = 0.0
+            if tx < width:
+                for k in T.serial(warps):
+                    total[0] += warp_t[k, tx]
+                t_slab[tx] = total[0]
+            t_squared, warp_sums = T.alloc_local((1,), F32), T.alloc_shared((warps,), F32)
+            block_sum(lambda: total[0] * total[0], t_squared, warp_sums, TSquares, b, tx)
+            # 2. the slab's part of z = W t, every row: the rows read again (last read first), then the held
+            t_share = T.alloc_local((vec,), F32)
+            dots = T.alloc_local((in_flight,), F32)
+            for e in T.unroll(vec):
+                t_share[e] = t_slab[lane * vec + e]
+            for steps, unroll, offset in row_groups(streamed, in_flight):
+                for step in T.serial(steps):
+                    for i in T.unroll(unroll):
+                        for e in T.vectorized(vec):
+                            w[i, e] = W[row_of(rows // row_step - 1 - offset - step * unroll - i), column + e]
+                    for i in T.unroll(unroll):
+                        slab_dot(w, i, dots, t_share, ZPartials, b, row_of(rows // row_step - 1 - offset - step * unroll - i), lane)
+            for j in T.unroll(in_registers):
+                slab_dot(register_w, j, dots, t_share, ZPartials, b, row_of(in_shared + j), lane)
+            for steps, unroll, offset in row_groups(in_shared, in_flight):
+                for step in T.serial(steps):
+                    for i in T.unroll(unroll):
+                        for e in T.vectorized(vec):
+                            w[i, e] = shared_w[offset + step * unroll + i, tx, e]
+                    for i in T.unroll(unroll):
+                        slab_dot(w, i, dots, t_share, ZPartials, b, row_of(offset + step * unroll + i), lane)
+            T.sync_grid()
+            # 3. z over this block's rows (row r's partials summed by the threads r, r + chunk, ...)
+            z_parts = T.alloc_shared((summers, chunk), F32)
+            total[0] = 0.0
+            if tx < summers * chunk:
+                for k in T.serial(T.ceildiv(blocks - tx // chunk, summers)):
+                    total[0] += ZPartials[tx // chunk + k * summers, b * chunk + tx % chunk]
+                z_parts[tx // chunk, tx % chunk] = total[0]
+            T.sync_threads()
+            z_rows = T.alloc_shared((chunk,), F32)
+            z_squared, z_squares = T.alloc_local((1,), F32), T.alloc_shared((warps,), F32)
+            z_squared[0] = 0.0
+            if tx < chunk:
+                total[0] = 0.0
+                for k in T.serial(summers):
+                    total[0] += z_parts[k, tx]
+                z_rows[tx] = total[0]
+                z_squared[0] = total[0] * total[0]
+            block_sum(lambda: z_squared[0], z_squared, z_squares, ZSquares, b, tx)
+            T.sync_grid()
+            # 4. the scalars, from every block's sums; u' (this block's rows), v' (its columns), W / sigma
+            t_total, z_total = T.alloc_local((1,), F32), T.alloc_local((1,), F32)
+            sum_of_blocks(TSquares, t_total, tx % 32)
+            sum_of_blocks(ZSquares, z_total, tx % 32)
+            nt, ns, inv_sigma = T.alloc_var(F32), T.alloc_var(F32), T.alloc_var(F32)
+            nt = T.max(T.sqrt(t_total[0]), eps)  # ||t||
+            ns = T.sqrt(z_total[0]) / nt  # ||s||, s = z / nt
+            inv_sigma = T.max(ns, eps) / (ns * ns)
+            if tx < chunk:
+                UOut[b * chunk + tx] = T.Cast(dt, z_rows[tx] / nt / T.max(ns, eps))
+            if tx < width:
+                VOut[b * width + tx] = T.Cast(dt, t_slab[tx] / nt)
+            out = T.alloc_local((vec,), dt)
+            for steps, unroll, offset in row_groups(streamed, in_flight):
+                for step in T.serial(steps):
+                    for i in T.unroll(unroll):
+                        for e in T.vectorized(vec):
+                            w[i, e] = W[row_of(first_streamed + offset + step * unroll + i), column + e]
+                    for i in T.unroll(unroll):
+                        scaled_store(w, i, out, inv_sigma, Out, row_of(first_streamed + offset + step * unroll + i), column)
+            for j in T.unroll(in_registers):
+                scaled_store(register_w, j, out, inv_sigma, Out, row_of(in_shared + j), column)
+            for steps, unroll, offset in row_groups(in_shared, in_flight):
+                for step in T.serial(steps):
+                    for i in T.unroll(unroll):
+                        for e in T.vectorized(vec):
+                            w[i, e] = shared_w[offset + step * unroll + i, tx, e]
+                    for i in T.unroll(unroll):
+                        scaled_store(w, i, out, inv_sigma, Out, row_of(offset + step * unroll + i), column)
+
+    return main
+
+
 def _outputs_like(weight, u, v):
     """W / sigma, u' and v', each like its input."""
     return torch.empty_like(weight), torch.empty_like(u), torch.empty_like(v)
@@ -475,18 +736,35 @@ def _outputs_like(weight, u, v):
 
 def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float, device: torch.device,
                           threads: int | None = None, row_chunks: int | None = None,
-                          cluster: int | None = None, pdl: bool | None = None, cooperative: bool = False) -> Callable:
+                          cluster: int | None = None, pdl: bool | None = None, cooperative: bool = False,
+                          column_slabs: bool = False, register_steps: int = 0, in_flight: int = COLUMN_SLAB_IN_FLIGHT) -> Callable:
     """fn(weight, u, v) -> (weight / sigma, u', v'); v is not read (v' depends on W and u only).
     ``threads``, ``row_chunks``, ``cluster``, ``pdl`` and ``cooperative``: a launch configuration from
     :func:`launch_variants` (by default its first)."""
     rows, cols = shape
     dt = tilelang_dtype(dtype)
     if threads is None:  # the first launch variant's
-        default = launch_variants(rows, cols)[0]
+        default = launch_variants(rows, cols, dtype.itemsize)[0]
         threads, cluster = default["threads"], default.get("cluster", 1)
         pdl = default.get("pdl", False) if pdl is None else pdl
         cooperative = default.get("cooperative", False)
     cluster, pdl = cluster or 1, bool(pdl)
+    if column_slabs:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else H200_SMS
+        blocks = column_slab_blocks(rows, cols, dtype.itemsize, min(sms, H200_SMS))
+        kernel = compile_kernel(_column_slabs(rows, cols, dt, dtype.itemsize, eps, threads, blocks, register_steps, in_flight))
+
+        def power_iteration_column_slabs(weight, u, v):
+            f32 = dict(dtype=torch.float32, device=weight.device)
+            z_partials, t_squares, z_squares = (torch.empty((blocks, rows), **f32), torch.empty(blocks, **f32),
+                                                torch.empty(blocks, **f32))
+            out, u_out, v_out = _outputs_like(weight, u, v)
+            kernel(weight, u, out, u_out, v_out, z_partials, t_squares, z_squares)
+            return out, u_out, v_out
+
+        power_iteration_column_slabs.config = {"kernels": 1, "threads": threads, "column_slabs": True, "blocks": blocks,
+                                               "register_steps": register_steps, "in_flight": in_flight}
+        return power_iteration_column_slabs
     if cooperative:
         sms = torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else H200_SMS
         blocks = cooperative_blocks(rows, cols, min(sms, H200_SMS))

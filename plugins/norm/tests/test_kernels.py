@@ -68,9 +68,9 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
 
     for rows in (1, 2048):
         cols, dt = 8192, "bfloat16"
-        variants = sk.launch_variants(rows, cols)
+        variants = sk.launch_variants(rows, cols, 2)
         assert len({tuple(v.items()) for v in variants}) == len(variants) > 1
-        passes = [v for v in variants if not v.get("cooperative")]
+        passes = [v for v in variants if not v.get("cooperative") and not v.get("column_slabs")]
         # Many rows: one cooperative launch by default, then five with programmatic dependent launch.
         assert variants[0].get("cooperative", False) == passes[0].get("pdl", False) == (rows > 1)
         for config in (passes[0], passes[-1]):
@@ -89,15 +89,39 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
 def test_spectral_norm_cooperative_kernel_compiles_with_a_grid_barrier_between_passes():
     from npuops_norm import spectral_kernel as sk
 
-    assert sk.launch_variants(2048, 8192)[0] == {"threads": 512, "cooperative": True}
-    assert sk.launch_variants(1024, 2048)[0] == {"threads": 256, "cooperative": True}
-    assert {v["threads"] for v in sk.launch_variants(2048, 8192) if v.get("cooperative")} == {256, 512}
-    assert {v["threads"] for v in sk.launch_variants(2048, 16384) if v.get("cooperative")} == {512}  # 32 columns a thread
-    assert not any(v.get("cooperative") for v in sk.launch_variants(1, 8192) + sk.launch_variants(2048, 32768))
+    assert sk.launch_variants(2048, 8192, 2)[0] == {"threads": 512, "cooperative": True}
+    assert sk.launch_variants(1024, 2048, 2)[0] == {"threads": 256, "cooperative": True}
+    assert {v["threads"] for v in sk.launch_variants(2048, 8192, 2) if v.get("cooperative")} == {256, 512}
+    assert {v["threads"] for v in sk.launch_variants(2048, 16384, 2) if v.get("cooperative")} == {512}  # 32 columns a thread
+    assert not any(v.get("cooperative") for v in sk.launch_variants(1, 8192, 2) + sk.launch_variants(2048, 32768, 2))
     assert [sk.held_rows(2048, cols, 2, 128) for cols in (4096, 8192, 16384)] == [16, 13, 6]
     assert sk.cooperative_blocks(2048, 8192) == 128 and sk.cooperative_blocks(3072, 6144, sms=108) == 64
     source = compile_kernel(sk._cooperative(2048, 8192, "bfloat16", 2, 1e-12, 512, 128), arch="sm_90").get_kernel_source()
     assert source.count("this_grid().sync()") == 3
+
+
+def test_spectral_norm_column_slabs_split_w_evenly_and_compile_with_two_grid_barriers():
+    """Each block a slab of whole 16-byte vectors of every row, a power of two of lanes a row, an
+    equal share of the rows for the sums of z; the steps over a slab held in shared memory, then in
+    registers, then read again, as many as the slab has; no barrier between the two passes over W."""
+    from npuops_norm import spectral_kernel as sk
+
+    assert [sk.column_slab_blocks(2048, cols, 2) for cols in (4096, 8192, 16384)] == [128] * 3
+    assert sk.column_slab_blocks(3072, 6144, 2) == 96  # 64 columns a block: 8 lanes a row
+    assert sk.column_slab_blocks(2048, 12288, 2) is None  # 96 or 192 columns: no power of two of lanes
+    assert not any(v.get("column_slabs") for v in sk.launch_variants(1, 8192, 2) + sk.launch_variants(2048, 12288, 2))
+    for rows, cols in ((2048, 4096), (2048, 8192), (2048, 16384), (1024, 2048), (3072, 6144)):
+        slabs = [v for v in sk.launch_variants(rows, cols, 2) if v.get("column_slabs")]
+        assert slabs and all(sk.column_slabs_fit(rows, cols, 2, v["threads"]) for v in slabs)
+        lanes = cols // sk.column_slab_blocks(rows, cols, 2) // 8
+        for config in slabs:
+            held = sk.column_slab_steps(rows, cols, 2, config["threads"], config["register_steps"])
+            assert sum(held) * config["threads"] == rows * lanes and held[0] > 0
+            assert held[1] == config["register_steps"] or held[2] == 0
+    # Every step of a 4096-wide slab fits in shared memory: no variant holds any in registers.
+    assert {v["register_steps"] for v in sk.launch_variants(2048, 4096, 2) if v.get("column_slabs")} == {0}
+    source = compile_kernel(sk._column_slabs(3072, 6144, "float16", 2, 1e-12, 256, 96, 16), arch="sm_90").get_kernel_source()
+    assert source.count("this_grid().sync()") == 2 and "register_w[128]" in source
 
 
 def test_spectral_norm_column_partials_cover_the_gpu_evenly():
@@ -105,8 +129,8 @@ def test_spectral_norm_column_partials_cover_the_gpu_evenly():
     from npuops_norm import spectral_kernel as sk
 
     for cols in (4096, 8192, 16384):
-        for config in sk.launch_variants(2048, cols):
-            if config.get("cooperative"):
+        for config in sk.launch_variants(2048, cols, 2):
+            if config.get("cooperative") or config.get("column_slabs"):
                 continue
             chunks = config["row_chunks"]
             assert 2048 % (chunks * sk.ROW_UNROLL) == 0
@@ -559,6 +583,16 @@ def test_every_cooperative_power_iteration_passes_the_gate_on_the_gpu():
     checked, failures = gate_variants("SpectralNormPowerIterFwd", [(1024, 2048), (3072, 6144), (2048, 12288)],
                                       lambda config: config.get("cooperative"), seed=23)
     assert checked >= 13 and not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_every_column_slab_power_iteration_passes_the_gate_on_the_gpu():
+    """The power iteration in column slabs, on the catalog's prefill workloads and shapes whose
+    slabs are narrow (1024 x 2048: 2 lanes a row) or not a power-of-two count (3072 x 6144: 96
+    blocks, with steps read again at every variant)."""
+    checked, failures = gate_variants("SpectralNormPowerIterFwd", [(1024, 2048), (3072, 6144)],
+                                      lambda config: config.get("column_slabs"), seed=31)
+    assert checked >= 29 and not failures, "\n".join(failures)
 
 
 @pytest.mark.gpu
