@@ -121,6 +121,39 @@ def test_tuning_checks_every_variant_and_measures_the_fastest(toy, tmp_path):
     assert row["timing"]["median_ms"] < 1.0  # the fast variant's own measurement, not the slow one's
 
 
+def test_tuning_breaks_near_ties_by_the_graph_regime():
+    """Variants close to the fastest eager one are timed replayed too and the least sum of both
+    medians is measured; one not close is not replayed, nor any where the task has no graph regime."""
+    from npuops.devices import CPUDevice
+    from npuops.runner import _tune
+
+    def spin(seconds):
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            pass
+
+    def variant(eager_s, replay_extra_s):
+        def call():
+            spin(eager_s)
+
+        call.config = {"eager_s": eager_s, "replay_extra_s": replay_extra_s}
+        return call
+
+    class ReplayingCPU(CPUDevice):
+        graphs = True
+
+        def capture_graph(self, call):
+            return lambda: (call(), spin(call.func.config["replay_extra_s"]))
+
+    fns = [variant(0.002, 0.004), variant(0.002, 0.0), variant(0.008, 0.0)]
+    options = RunOptions(device="cpu", tuning_timing=FAST, tuning_tie=0.25)
+    chosen, tuning = _tune(fns, {}, ReplayingCPU(), options, graph_capture=True)
+    assert chosen == 1 and [("graph_median_ms" in t) for t in tuning] == [True, True, False]
+    assert tuning[0]["graph_median_ms"] > 2.5 * tuning[1]["graph_median_ms"]
+    chosen, tuning = _tune(fns, {}, ReplayingCPU(), options, graph_capture=None)
+    assert chosen in (0, 1) and not any("graph_median_ms" in t for t in tuning)
+
+
 def test_a_wrong_variant_makes_the_row_wrong(toy, tmp_path, monkeypatch):
     monkeypatch.setenv("TOY_BAD_IMPLS", "1")
     _, results = run(tmp_path, impls=["toy_tunable"], tune=True)

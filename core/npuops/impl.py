@@ -32,7 +32,8 @@ class Implementation:
     ``variants(op, workload)``, where given, lists launch configurations to choose among, the
     default first; ``build(op, workload, device, config=c)`` builds one. A plain run builds the
     default; a tuning run (``npuops run --tune``) checks every variant, times each and measures the
-    fastest, recording what it tried.
+    fastest (near ties broken by the graph regime, see ``RunOptions.tuning_tie``), recording what it
+    tried.
     """
 
     op: str

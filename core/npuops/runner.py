@@ -64,6 +64,11 @@ class RunOptions:
     rerun: bool = False  # run rows again even if the results file has them
     tune: bool = False  # build every variant of implementations that list them; measure the fastest
     tuning_timing: TimingOptions = field(default_factory=lambda: TimingOptions(budget_s=0.15, warmup_s=0.05))
+    # Variants this close to the fastest eager one (at most tuning_graph_finalists of them) are
+    # timed in the graph regime too, where the task has it, and the fastest over both regimes is
+    # measured: one launch serves both, and short kernels that tie eager may not tie replayed.
+    tuning_tie: float = 0.02
+    tuning_graph_finalists: int = 3
 
 
 def base_row(op: Op, w: Workload, impl: Implementation, regime: str, device: str) -> dict[str, Any]:
@@ -257,11 +262,9 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
                 chosen = 0
                 if len(fns) > 1:
                     stage = "tuning"
-                    tried = [measure(functools.partial(fn, **inputs), device, "eager", options.tuning_timing).median_ms
-                             for fn in fns]
-                    chosen = min(range(len(fns)), key=tried.__getitem__)
+                    chosen, tuning = _tune(fns, inputs, device, options, impl.graph_capturable if "graph" in task.regimes else None)
                     for row in rows.values():
-                        row["tuning"] = [{"config": _config_of(fn), "median_ms": ms} for fn, ms in zip(fns, tried, strict=True)]
+                        row["tuning"] = [dict(tried) for tried in tuning]
                 fn, checked, fns = fns[chosen], errors[chosen], None
                 for row in rows.values():
                     row.update(_config_field(fn))
@@ -279,6 +282,25 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
     finally:
         fn = fns = inputs = None  # noqa: F841 - drop references before releasing cached memory
         device.release_memory()
+
+
+def _tune(fns: Sequence[Callable[..., Any]], inputs: dict[str, Any], device: Device, options: RunOptions,
+          graph_capture: bool | None) -> tuple[int, list[dict[str, Any]]]:
+    """(index of the variant to measure, what was tried): each timed briefly eager; with
+    ``graph_capture`` not None (the task times the graph regime), the finalists of
+    RunOptions.tuning_tie timed replayed too, and the least sum of both medians chosen."""
+    calls = [functools.partial(fn, **inputs) for fn in fns]
+    eager = [measure(call, device, "eager", options.tuning_timing).median_ms for call in calls]
+    tuning = [{"config": _config_of(fn), "median_ms": ms} for fn, ms in zip(fns, eager, strict=True)]
+    fastest = min(range(len(fns)), key=eager.__getitem__)
+    finalists = sorted((i for i, ms in enumerate(eager) if ms <= eager[fastest] * (1 + options.tuning_tie)),
+                       key=eager.__getitem__)[:options.tuning_graph_finalists]
+    if graph_capture is None or len(finalists) < 2:
+        return fastest, tuning
+    for i in finalists:
+        tuning[i]["graph_median_ms"] = measure(calls[i], device, "graph", options.tuning_timing,
+                                               capture=graph_capture).median_ms
+    return min(finalists, key=lambda i: eager[i] + tuning[i]["graph_median_ms"]), tuning
 
 
 def _config_of(fn: Callable[..., Any]) -> Any:
