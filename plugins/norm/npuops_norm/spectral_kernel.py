@@ -550,15 +550,15 @@ def column_slab_steps(rows: int, cols: int, itemsize: int, threads: int, registe
 
 
 def _column_slabs(rows: int, cols: int, dt: str, itemsize: int, eps: float, threads: int, blocks: int,
-                  register_steps: int, in_flight: int = COLUMN_SLAB_IN_FLIGHT):
+                  register_steps: int):
     """The power iteration in one cooperative launch, each block a slab of W's columns (all rows):
     t = Wᵀu is whole for a block's columns once it has read them, so its share of z = W t (partial
     sums over its columns, every row) follows at once, from the slab it holds, with no grid barrier
     between; one barrier before the rows' sums of z, one before the scalars. Each thread takes one
-    16-byte vector of a row a step, ``lanes`` threads a row, ``row_step`` rows a step, ``in_flight``
-    steps' loads at a time; the first steps stay in shared memory from pass 1 on, the next
-    ``register_steps`` in registers, the rest are read again: pass 3 from the last pass 1 read, so
-    that what the L2 still holds is read first, and pass 4 the other way."""
+    16-byte vector of a row a step, ``lanes`` threads a row, ``row_step`` rows a step, the loads of
+    COLUMN_SLAB_IN_FLIGHT steps at a time; the first steps stay in shared memory from pass 1 on, the
+    next ``register_steps`` in registers, the rest are read again: pass 3 from the last pass 1
+    read, so that what the L2 still holds is read first, and pass 4 the other way."""
     import tilelang.language as T
 
     vec = VECTOR_BYTES // itemsize
@@ -568,6 +568,7 @@ def _column_slabs(rows: int, cols: int, dt: str, itemsize: int, eps: float, thre
     chunk = rows // blocks  # rows whose z the block sums
     summers = threads // chunk  # threads summing each of them
     warps = threads // 32
+    in_flight = COLUMN_SLAB_IN_FLIGHT
     in_shared, in_registers, streamed = column_slab_steps(rows, cols, itemsize, threads, register_steps)
     first_streamed = in_shared + in_registers
     lane_masks = tuple(1 << k for k in range(lanes.bit_length() - 1))  # xor partners within a row's lanes
@@ -737,7 +738,7 @@ def _outputs_like(weight, u, v):
 def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float, device: torch.device,
                           threads: int | None = None, row_chunks: int | None = None,
                           cluster: int | None = None, pdl: bool | None = None, cooperative: bool = False,
-                          column_slabs: bool = False, register_steps: int = 0, in_flight: int = COLUMN_SLAB_IN_FLIGHT) -> Callable:
+                          column_slabs: bool = False, register_steps: int = 0) -> Callable:
     """fn(weight, u, v) -> (weight / sigma, u', v'); v is not read (v' depends on W and u only).
     ``threads``, ``row_chunks``, ``cluster``, ``pdl`` and ``cooperative``: a launch configuration from
     :func:`launch_variants` (by default its first)."""
@@ -752,7 +753,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
     if column_slabs:
         sms = torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else H200_SMS
         blocks = column_slab_blocks(rows, cols, dtype.itemsize, min(sms, H200_SMS))
-        kernel = compile_kernel(_column_slabs(rows, cols, dt, dtype.itemsize, eps, threads, blocks, register_steps, in_flight))
+        kernel = compile_kernel(_column_slabs(rows, cols, dt, dtype.itemsize, eps, threads, blocks, register_steps))
 
         def power_iteration_column_slabs(weight, u, v):
             f32 = dict(dtype=torch.float32, device=weight.device)
@@ -763,7 +764,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
             return out, u_out, v_out
 
         power_iteration_column_slabs.config = {"kernels": 1, "threads": threads, "column_slabs": True, "blocks": blocks,
-                                               "register_steps": register_steps, "in_flight": in_flight}
+                                               "register_steps": register_steps}
         return power_iteration_column_slabs
     if cooperative:
         sms = torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else H200_SMS
