@@ -352,6 +352,31 @@ def block_summer(threads: int):
     return block_sum
 
 
+def chunk_summer(threads: int, blocks: int, chunk: int):
+    """A macro ``sum_chunk(partials, parts, total, b, tx)``: total[0] = the sum over k < blocks of
+    partials[k, b * chunk + tx] on each thread tx < chunk, 0 on the others; entry b * chunk + tx
+    is summed by the threads tx, tx + chunk, ..., then over them through parts (a (threads //
+    chunk, chunk) shared f32 buffer)."""
+    import tilelang.language as T
+
+    summers = threads // chunk
+
+    @T.macro
+    def sum_chunk(partials, parts, total, b, tx):
+        total[0] = 0.0
+        if tx < summers * chunk:
+            for k in T.serial(T.ceildiv(blocks - tx // chunk, summers)):
+                total[0] += partials[tx // chunk + k * summers, b * chunk + tx % chunk]
+            parts[tx // chunk, tx % chunk] = total[0]
+        T.sync_threads()
+        total[0] = 0.0
+        if tx < chunk:
+            for k in T.serial(summers):
+                total[0] += parts[k, tx]
+
+    return sum_chunk
+
+
 def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threads: int, blocks: int):
     """All five passes in one cooperative launch, each block a slab of rows, grid barriers where a
     pass needs the whole of the one before: W is read from DRAM once (pass 1), the first rows of
@@ -363,6 +388,7 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
     vec = 8
     block_sum = block_summer(threads)
     slab, chunk = rows // blocks, cols // blocks  # this block's rows, and columns of t it sums
+    sum_chunk = chunk_summer(threads, blocks, chunk)
     held = held_rows(rows, cols, itemsize, blocks)  # at least 3 rows of 16384 f32 columns: cooperative_fits
     per_row = cols // (threads * vec)  # vectors of a row per thread (passes 1 and 3)
     in_flight = max(1, COOPERATIVE_VECTORS_IN_FLIGHT // per_row)  # rows
@@ -405,16 +431,8 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
             column_sums = T.alloc_shared((summers, chunk), F32)
             warp_sums = T.alloc_shared((warps,), F32)
             total = T.alloc_local((1,), F32)
-            total[0] = 0.0
-            if tx < summers * chunk:
-                for k in T.serial(T.ceildiv(blocks - tx // chunk, summers)):
-                    total[0] += P[tx // chunk + k * summers, b * chunk + tx % chunk]
-                column_sums[tx // chunk, tx % chunk] = total[0]
-            T.sync_threads()
-            total[0] = 0.0
+            sum_chunk(P, column_sums, total, b, tx)
             if tx < chunk:
-                for k in T.serial(summers):
-                    total[0] += column_sums[k, tx]
                 Tv[b * chunk + tx] = total[0]
             t_squared = T.alloc_local((1,), F32)
             block_sum(lambda: total[0] * total[0], t_squared, warp_sums, Squares, b, tx)
@@ -573,7 +591,7 @@ def _column_slabs(rows: int, cols: int, dt: str, itemsize: int, eps: float, thre
     first_streamed = in_shared + in_registers
     lane_masks = tuple(1 << k for k in range(lanes.bit_length() - 1))  # xor partners within a row's lanes
     row_masks = tuple(lanes << k for k in range((32 // lanes).bit_length() - 1))  # partners with the same columns
-    block_sum = block_summer(threads)
+    block_sum, sum_chunk = block_summer(threads), chunk_summer(threads, blocks, chunk)
 
     @T.macro
     def slab_dot(w, i, dots, t_share, z_partials, b, row, lane):
@@ -585,6 +603,28 @@ def _column_slabs(rows: int, cols: int, dt: str, itemsize: int, eps: float, thre
             dots[i] += T.shfl_xor(dots[i], mask)
         if lane == 0:
             z_partials[b, row] = dots[i]
+
+    @T.macro
+    def visit_slab(visit, streamed_step, row_of, W, w, register_w, shared_w, column, tx):
+        """visit(values, i, row) for each step of the slab, values[i] its 16-byte vector on this
+        thread: the steps read again (streamed_step(n) the n-th of them), then those held in
+        registers, then those in shared memory."""
+        for steps, unroll, offset in row_groups(streamed, in_flight):
+            for step in T.serial(steps):
+                for i in T.unroll(unroll):
+                    for e in T.vectorized(vec):
+                        w[i, e] = W[row_of(streamed_step(offset + step * unroll + i)), column + e]
+                for i in T.unroll(unroll):
+                    visit(w, i, row_of(streamed_step(offset + step * unroll + i)))
+        for j in T.unroll(in_registers):
+            visit(register_w, j, row_of(in_shared + j))
+        for steps, unroll, offset in row_groups(in_shared, in_flight):
+            for step in T.serial(steps):
+                for i in T.unroll(unroll):
+                    for e in T.vectorized(vec):
+                        w[i, e] = shared_w[offset + step * unroll + i, tx, e]
+                for i in T.unroll(unroll):
+                    visit(w, i, row_of(offset + step * unroll + i))
 
     @T.macro
     def sum_of_blocks(partials, total, warp_lane):
@@ -661,41 +701,16 @@ def _column_slabs(rows: int, cols: int, dt: str, itemsize: int, eps: float, thre
             dots = T.alloc_local((in_flight,), F32)
             for e in T.unroll(vec):
                 t_share[e] = t_slab[lane * vec + e]
-            for steps, unroll, offset in row_groups(streamed, in_flight):
-                for step in T.serial(steps):
-                    for i in T.unroll(unroll):
-                        for e in T.vectorized(vec):
-                            w[i, e] = W[row_of(rows // row_step - 1 - offset - step * unroll - i), column + e]
-                    for i in T.unroll(unroll):
-                        slab_dot(w, i, dots, t_share, ZPartials, b, row_of(rows // row_step - 1 - offset - step * unroll - i), lane)
-            for j in T.unroll(in_registers):
-                slab_dot(register_w, j, dots, t_share, ZPartials, b, row_of(in_shared + j), lane)
-            for steps, unroll, offset in row_groups(in_shared, in_flight):
-                for step in T.serial(steps):
-                    for i in T.unroll(unroll):
-                        for e in T.vectorized(vec):
-                            w[i, e] = shared_w[offset + step * unroll + i, tx, e]
-                    for i in T.unroll(unroll):
-                        slab_dot(w, i, dots, t_share, ZPartials, b, row_of(offset + step * unroll + i), lane)
+            visit_slab(lambda vectors, slot, at_row: slab_dot(vectors, slot, dots, t_share, ZPartials, b, at_row, lane),
+                       lambda nth: in_shared + in_registers + streamed - 1 - nth, row_of, W, w, register_w, shared_w, column, tx)
             T.sync_grid()
             # 3. z over this block's rows (row r's partials summed by the threads r, r + chunk, ...)
-            z_parts = T.alloc_shared((summers, chunk), F32)
-            total[0] = 0.0
-            if tx < summers * chunk:
-                for k in T.serial(T.ceildiv(blocks - tx // chunk, summers)):
-                    total[0] += ZPartials[tx // chunk + k * summers, b * chunk + tx % chunk]
-                z_parts[tx // chunk, tx % chunk] = total[0]
-            T.sync_threads()
-            z_rows = T.alloc_shared((chunk,), F32)
-            z_squared, z_squares = T.alloc_local((1,), F32), T.alloc_shared((warps,), F32)
-            z_squared[0] = 0.0
+            z_parts, z_rows = T.alloc_shared((summers, chunk), F32), T.alloc_shared((chunk,), F32)
+            sum_chunk(ZPartials, z_parts, total, b, tx)
             if tx < chunk:
-                total[0] = 0.0
-                for k in T.serial(summers):
-                    total[0] += z_parts[k, tx]
                 z_rows[tx] = total[0]
-                z_squared[0] = total[0] * total[0]
-            block_sum(lambda: z_squared[0], z_squared, z_squares, ZSquares, b, tx)
+            z_squared, z_squares = T.alloc_local((1,), F32), T.alloc_shared((warps,), F32)
+            block_sum(lambda: total[0] * total[0], z_squared, z_squares, ZSquares, b, tx)
             T.sync_grid()
             # 4. the scalars, from every block's sums; u' (this block's rows), v' (its columns), W / sigma
             t_total, z_total = T.alloc_local((1,), F32), T.alloc_local((1,), F32)
@@ -710,22 +725,8 @@ def _column_slabs(rows: int, cols: int, dt: str, itemsize: int, eps: float, thre
             if tx < width:
                 VOut[b * width + tx] = T.Cast(dt, t_slab[tx] / nt)
             out = T.alloc_local((vec,), dt)
-            for steps, unroll, offset in row_groups(streamed, in_flight):
-                for step in T.serial(steps):
-                    for i in T.unroll(unroll):
-                        for e in T.vectorized(vec):
-                            w[i, e] = W[row_of(first_streamed + offset + step * unroll + i), column + e]
-                    for i in T.unroll(unroll):
-                        scaled_store(w, i, out, inv_sigma, Out, row_of(first_streamed + offset + step * unroll + i), column)
-            for j in T.unroll(in_registers):
-                scaled_store(register_w, j, out, inv_sigma, Out, row_of(in_shared + j), column)
-            for steps, unroll, offset in row_groups(in_shared, in_flight):
-                for step in T.serial(steps):
-                    for i in T.unroll(unroll):
-                        for e in T.vectorized(vec):
-                            w[i, e] = shared_w[offset + step * unroll + i, tx, e]
-                    for i in T.unroll(unroll):
-                        scaled_store(w, i, out, inv_sigma, Out, row_of(offset + step * unroll + i), column)
+            visit_slab(lambda vectors, slot, at_row: scaled_store(vectors, slot, out, inv_sigma, Out, at_row, column),
+                       lambda nth: first_streamed + nth, row_of, W, w, register_w, shared_w, column, tx)
 
     return main
 
