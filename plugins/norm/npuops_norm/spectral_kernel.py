@@ -526,11 +526,11 @@ def column_slab_blocks(rows: int, cols: int, itemsize: int, sms: int = H200_SMS)
     return None
 
 
-def column_slabs_fit(rows: int, cols: int, itemsize: int, threads: int) -> bool:
+def column_slabs_fit(rows: int, cols: int, itemsize: int, threads: int, sms: int = H200_SMS) -> bool:
     """Whether :func:`_column_slabs` takes W [rows, cols] at ``threads``: each step over a slab
     covers a whole number of rows, the rows split evenly into steps, and a block's share of the
     rows for the last sums is at most a thread each."""
-    blocks = column_slab_blocks(rows, cols, itemsize)
+    blocks = column_slab_blocks(rows, cols, itemsize, sms)
     if rows < 2 or blocks is None:
         return False
     lanes = cols // blocks // (VECTOR_BYTES // itemsize)
@@ -547,15 +547,16 @@ def column_slab_choices(rows: int, cols: int, itemsize: int) -> list[tuple[int, 
     choices = []
     for threads, options in COLUMN_SLAB_REGISTER_STEPS.items():
         if column_slabs_fit(rows, cols, itemsize, threads):
-            held = [column_slab_steps(rows, cols, itemsize, threads, k)[1] for k in options]
+            held = [column_slab_steps(rows, cols, itemsize, threads, k, column_slab_blocks(rows, cols, itemsize))[1]
+                    for k in options]
             choices += [(threads, k) for position, k in enumerate(options) if position == 0 or held[position] > held[position - 1]]
     return choices
 
 
-def column_slab_steps(rows: int, cols: int, itemsize: int, threads: int, register_steps: int) -> tuple[int, int, int]:
+def column_slab_steps(rows: int, cols: int, itemsize: int, threads: int, register_steps: int,
+                      blocks: int) -> tuple[int, int, int]:
     """Steps of :func:`_column_slabs` over a slab (a 16-byte vector a thread each) held in shared
     memory, held in registers (at most ``register_steps``) and read again, in that order."""
-    blocks = column_slab_blocks(rows, cols, itemsize)
     width = cols // blocks
     lanes = width // (VECTOR_BYTES // itemsize)
     steps, chunk = rows * lanes // threads, rows // blocks
@@ -587,7 +588,7 @@ def _column_slabs(rows: int, cols: int, dt: str, itemsize: int, eps: float, thre
     summers = threads // chunk  # threads summing each of them
     warps = threads // 32
     in_flight = COLUMN_SLAB_IN_FLIGHT
-    in_shared, in_registers, streamed = column_slab_steps(rows, cols, itemsize, threads, register_steps)
+    in_shared, in_registers, streamed = column_slab_steps(rows, cols, itemsize, threads, register_steps, blocks)
     first_streamed = in_shared + in_registers
     lane_masks = tuple(1 << k for k in range(lanes.bit_length() - 1))  # xor partners within a row's lanes
     row_masks = tuple(lanes << k for k in range((32 // lanes).bit_length() - 1))  # partners with the same columns
@@ -751,9 +752,15 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
         pdl = default.get("pdl", False) if pdl is None else pdl
         cooperative = default.get("cooperative", False)
     cluster, pdl = cluster or 1, bool(pdl)
+    # A cooperative launch needs every block resident: at most the device's SMs (on the CPU, which
+    # only compiles, an H200's).
+    sms = min(torch.cuda.get_device_properties(device).multi_processor_count, H200_SMS) \
+        if torch.device(device).type == "cuda" else H200_SMS
     if column_slabs:
-        sms = torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else H200_SMS
-        blocks = column_slab_blocks(rows, cols, dtype.itemsize, min(sms, H200_SMS))
+        if not column_slabs_fit(rows, cols, dtype.itemsize, threads, sms):
+            raise ValueError(f"column slabs cannot split W [{rows}, {cols}] of {dtype} over {sms} SMs at {threads} threads; "
+                             f"these shapes can: {[v for v in launch_variants(rows, cols, dtype.itemsize) if v.get('column_slabs')]}")
+        blocks = column_slab_blocks(rows, cols, dtype.itemsize, sms)
         kernel = compile_kernel(_column_slabs(rows, cols, dt, dtype.itemsize, eps, threads, blocks, register_steps))
 
         def power_iteration_column_slabs(weight, u, v):
@@ -768,8 +775,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
                                                "register_steps": register_steps}
         return power_iteration_column_slabs
     if cooperative:
-        sms = torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else H200_SMS
-        blocks = cooperative_blocks(rows, cols, min(sms, H200_SMS))
+        blocks = cooperative_blocks(rows, cols, sms)
         kernel = compile_kernel(_cooperative(rows, cols, dt, dtype.itemsize, eps, threads, blocks))
 
         def power_iteration_cooperative(weight, u, v):

@@ -115,9 +115,15 @@ def test_spectral_norm_column_slabs_split_w_evenly_and_compile_with_two_grid_bar
         assert slabs and all(sk.column_slabs_fit(rows, cols, 2, v["threads"]) for v in slabs)
         lanes = cols // sk.column_slab_blocks(rows, cols, 2) // 8
         for config in slabs:
-            held = sk.column_slab_steps(rows, cols, 2, config["threads"], config["register_steps"])
+            held = sk.column_slab_steps(rows, cols, 2, config["threads"], config["register_steps"],
+                                        sk.column_slab_blocks(rows, cols, 2))
             assert sum(held) * config["threads"] == rows * lanes and held[0] > 0
             assert held[1] == config["register_steps"] or held[2] == 0
+    # A GPU of fewer SMs splits W into fewer, wider slabs, and the steps follow its blocks.
+    assert sk.column_slab_blocks(2048, 4096, 2, sms=108) == 64 and sk.column_slabs_fit(2048, 4096, 2, 512, sms=108)
+    assert sum(sk.column_slab_steps(2048, 4096, 2, 512, 0, 64)) * 512 == 2048 * 8  # 8 lanes a row
+    with pytest.raises(ValueError, match="column slabs cannot split W"):
+        sk.build_power_iteration((2048, 12288), torch.bfloat16, 1e-12, torch.device("cpu"), threads=512, column_slabs=True)
     # Every step of a 4096-wide slab fits in shared memory: no variant holds any in registers.
     assert {v["register_steps"] for v in sk.launch_variants(2048, 4096, 2) if v.get("column_slabs")} == {0}
     source = compile_kernel(sk._column_slabs(3072, 6144, "float16", 2, 1e-12, 256, 96, 16), arch="sm_90").get_kernel_source()
