@@ -703,7 +703,7 @@ def _column_slabs(rows: int, cols: int, dt: str, itemsize: int, eps: float, thre
             for e in T.unroll(vec):
                 t_share[e] = t_slab[lane * vec + e]
             visit_slab(lambda vectors, slot, at_row: slab_dot(vectors, slot, dots, t_share, ZPartials, b, at_row, lane),
-                       lambda nth: in_shared + in_registers + streamed - 1 - nth, row_of, W, w, register_w, shared_w, column, tx)
+                       lambda nth: first_streamed + streamed - 1 - nth, row_of, W, w, register_w, shared_w, column, tx)
             T.sync_grid()
             # 3. z over this block's rows (row r's partials summed by the threads r, r + chunk, ...)
             z_parts, z_rows = T.alloc_shared((summers, chunk), F32), T.alloc_shared((chunk,), F32)
