@@ -248,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per implementation-workload before it fails")
     p.add_argument("--rerun", action="store_true", help="measure again rows the results file already has")
     p.add_argument("--tune", action="store_true",
-                   help="for implementations with launch variants: check every variant, time each, measure the fastest")
+                   help="for implementations with launch variants: check every variant, time each, measure the fastest "
+                        "(where the graph regime is timed, near ties go to the least sum of both regimes)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
 
