@@ -264,7 +264,7 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
                     stage = "tuning"
                     chosen, tuning = _tune(fns, inputs, device, options, impl.graph_capturable if "graph" in task.regimes else None)
                     for row in rows.values():
-                        row["tuning"] = [dict(tried) for tried in tuning]
+                        row["tuning"] = tuning
                 fn, checked, fns = fns[chosen], errors[chosen], None
                 for row in rows.values():
                     row.update(_config_field(fn))

@@ -544,11 +544,10 @@ def column_slab_choices(rows: int, cols: int, itemsize: int) -> list[tuple[int, 
     """(threads, register_steps) of the column-slab kernel's launch variants for W [rows, cols]:
     each threads count that fits, each number of steps held in registers that holds more of them
     than the one before (none where shared memory holds every step)."""
-    choices = []
+    choices, blocks = [], column_slab_blocks(rows, cols, itemsize)
     for threads, options in COLUMN_SLAB_REGISTER_STEPS.items():
         if column_slabs_fit(rows, cols, itemsize, threads):
-            held = [column_slab_steps(rows, cols, itemsize, threads, k, column_slab_blocks(rows, cols, itemsize))[1]
-                    for k in options]
+            held = [column_slab_steps(rows, cols, itemsize, threads, k, blocks)[1] for k in options]
             choices += [(threads, k) for position, k in enumerate(options) if position == 0 or held[position] > held[position - 1]]
     return choices
 
