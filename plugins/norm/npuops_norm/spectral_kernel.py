@@ -12,25 +12,23 @@ s = W v' = z / nt:
    v' = t / nt written out
 5. out = W / sigma
 
-Many rows, the default (:func:`_cooperative`): all of it in one cooperative launch, a block an SM,
-each block a slab of rows, grid barriers between passes 1, 2, 3 and 4. Each slab's first rows stay
-in the block's shared memory from pass 1 on (all of them up to 4096 wide), so W is read from DRAM
-once where it fits there, and only the rest again. Pass 3 streams the rows as pass 1 does, each
-thread holding its columns of t. It beat the five launches below on every catalog prefill row in
-h200-s18b-spectral-f49a67c's tunings (2048 x 4096: 23.62 -> 19.20 µs; 8192: 37.79 -> 29.50; 16384:
-71.94 -> 62.37); pass 3 streamed took h200-s19a-spectral-a6d6bb8's to 19.01, 27.46 and 54.94, and
-pass 4 writing pass 3's last rows from registers took 16384 wide to 53.12 (h200-s19c-spectral-8778ef0).
+Many rows, the default where W splits into them (:func:`_column_slabs`): all of it in one
+cooperative launch, a block an SM, each block all rows of a slab of columns. Wᵀu is whole for a
+block's columns once it has read its slab, so its partial sums of W t over those columns follow at
+once, with no barrier between the two passes over W and no pass 2: two grid barriers in all. Steps
+over a slab are held in shared memory, then in registers, the rest read again. In
+h200-s23-spectral-slab-probe it led the row slabs below on all six catalog prefill rows (16384
+wide bf16 52.80 -> 48.34 µs, f16 52.53 -> 47.62; 8192 bf16 27.48 -> 25.57; 4096 bf16 18.94 -> 17.51).
 
-Column slabs (:func:`_column_slabs`, launch variants): the same one cooperative launch, each block
-all rows of a slab of columns instead. Wᵀu is whole for a block's columns once it has read its
-slab, so its partial sums of W t over those columns follow at once, with no barrier between the
-two passes over W and no pass 2: two grid barriers instead of three. Steps over a slab are held in
-shared memory, then in registers, the rest read again. In h200-s22-spectral-slab-probe they took
-16384 wide f16 from 52.46 to 47.27 µs and 8192 f16 from 26.85 to 25.49, but were behind at bf16
-4096 and 8192 by 0.3 µs. That was an earlier form, not committed: 16 loads in flight a thread
-(which spilled registers where steps were held in registers at 512 threads), the rest read again
-in pass 1's order, and the blocks' sums reduced by a tile reduction that needs a power-of-two
-count of blocks.
+Row slabs (:func:`_cooperative`, the default where column slabs do not fit): the same one
+cooperative launch, each block a slab of rows, grid barriers between passes 1, 2, 3 and 4. Each
+slab's first rows stay in the block's shared memory from pass 1 on (all of them up to 4096 wide),
+so W is read from DRAM once where it fits there, and only the rest again. Pass 3 streams the rows
+as pass 1 does, each thread holding its columns of t. It beat the five launches below on every
+catalog prefill row in h200-s18b-spectral-f49a67c's tunings (2048 x 4096: 23.62 -> 19.20 µs;
+8192: 37.79 -> 29.50; 16384: 71.94 -> 62.37); pass 3 streamed took h200-s19a-spectral-a6d6bb8's to
+19.01, 27.46 and 54.94, and pass 4 writing pass 3's last rows from registers took 16384 wide to
+53.12 (h200-s19c-spectral-8778ef0).
 
 The five-launch form, a launch variant (and the rule where the cooperative kernel's accumulators
 would not fit in registers): passes 1 (column tiles x row chunks, each thread keeping ROW_UNROLL
@@ -103,14 +101,14 @@ def launch_variants(rows: int, cols: int, itemsize: int) -> list[dict[str, int]]
     # h200-s16a-norm-f17751a (W8 27.90 -> 23.87 µs, W5 41.70 -> 38.14 at 256 threads; W2 75.74 ->
     # 72.27 at 256 and 512 alike), 256 threads all but W3 (71.95 at 512 against 72.16).
     variants = [{"threads": t, "row_chunks": k} for t, k in pairs]
-    # The cooperative kernel first, at 512 threads (h200-s19a: 2048 x 4096 19.01 µs against 19.17 at
-    # 256, 8192 wide 27.46 against 28.13), or 256 where 512 would not have whole vectors a thread.
-    cooperative = [{"threads": t, "cooperative": True} for t in (ROW_THREADS, ROW_THREADS // 2) if cooperative_fits(rows, cols, t)]
-    # Column slabs next: in h200-s22-spectral-slab-probe they were ahead on four of the six catalog
-    # prefill rows (16384 wide f16 52.46 -> 47.27 µs, bf16 53.05 -> 50.56; 8192 f16 26.85 -> 25.49)
-    # and behind on two (4096 bf16 18.94 against 19.28, 8192 bf16 27.41 against 27.74).
+    # Column slabs first: in h200-s23-spectral-slab-probe they led the row-slab cooperative kernel
+    # on all six catalog prefill rows (16384 wide bf16 52.80 -> 48.34 µs, 8192 bf16 27.48 -> 25.57,
+    # 4096 bf16 18.94 -> 17.51), 512 threads ahead of 256 on each.
     slabs = [{"threads": t, "column_slabs": True, "register_steps": k} for t, k in column_slab_choices(rows, cols, itemsize)]
-    return cooperative + slabs + [{**config, "pdl": True} for config in (variants[1], variants[0])] + variants
+    # The row-slab cooperative kernel next, at 512 threads (h200-s19a: 2048 x 4096 19.01 µs against
+    # 19.17 at 256, 8192 wide 27.46 against 28.13), or 256 where 512 would not have whole vectors a thread.
+    cooperative = [{"threads": t, "cooperative": True} for t in (ROW_THREADS, ROW_THREADS // 2) if cooperative_fits(rows, cols, t)]
+    return slabs + cooperative + [{**config, "pdl": True} for config in (variants[1], variants[0])] + variants
 
 
 def _single_row(cols: int, dt: str, itemsize: int, eps: float, threads: int = ROW_THREADS, cluster: int = 1):
@@ -537,18 +535,21 @@ def column_slabs_fit(rows: int, cols: int, itemsize: int, threads: int, sms: int
     return threads % lanes == 0 and rows % (threads // lanes) == 0 and rows // blocks <= threads
 
 
-COLUMN_SLAB_REGISTER_STEPS = {512: (0, 4), 256: (0, 16, 24)}  # the most at 512 threads spills no register
+# Steps held in registers, each threads count's options in the order tuning tries them: at 512
+# threads 4 is the most that spills no register, and it led 0 on the three rows where they differ
+# in h200-s23-spectral-slab-probe (16384 wide bf16 48.34 against 48.78 µs).
+COLUMN_SLAB_REGISTER_STEPS = {512: (4, 0), 256: (0, 16, 24)}
 
 
 def column_slab_choices(rows: int, cols: int, itemsize: int) -> list[tuple[int, int]]:
-    """(threads, register_steps) of the column-slab kernel's launch variants for W [rows, cols]:
-    each threads count that fits, each number of steps held in registers that holds more of them
-    than the one before (none where shared memory holds every step)."""
+    """(threads, register_steps) of the column-slab kernel's launch variants for W [rows, cols],
+    in the order of COLUMN_SLAB_REGISTER_STEPS: each threads count that fits, each number of steps
+    it would hold in registers once (none where shared memory holds every step)."""
     choices, blocks = [], column_slab_blocks(rows, cols, itemsize)
     for threads, options in COLUMN_SLAB_REGISTER_STEPS.items():
         if column_slabs_fit(rows, cols, itemsize, threads):
-            held = [column_slab_steps(rows, cols, itemsize, threads, k, blocks)[1] for k in options]
-            choices += [(threads, k) for position, k in enumerate(options) if position == 0 or held[position] > held[position - 1]]
+            held = (column_slab_steps(rows, cols, itemsize, threads, k, blocks)[1] for k in options)
+            choices += [choice for choice in dict.fromkeys((threads, k) for k in held)]
     return choices
 
 
@@ -698,7 +699,7 @@ def _column_slabs(rows: int, cols: int, dt: str, itemsize: int, eps: float, thre
             block_sum(lambda: total[0] * total[0], t_squared, warp_sums, TSquares, b, tx)
             # 2. the slab's part of z = W t, every row: the rows read again (last read first), then the held
             t_share = T.alloc_local((vec,), F32)
-            dots = T.alloc_local((in_flight,), F32)
+            dots = T.alloc_local((max(in_flight, in_registers),), F32)  # a slot for each step visited at once
             for e in T.unroll(vec):
                 t_share[e] = t_slab[lane * vec + e]
             visit_slab(lambda vectors, slot, at_row: slab_dot(vectors, slot, dots, t_share, ZPartials, b, at_row, lane),
@@ -741,20 +742,23 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
                           cluster: int | None = None, pdl: bool | None = None, cooperative: bool = False,
                           column_slabs: bool = False, register_steps: int = 0) -> Callable:
     """fn(weight, u, v) -> (weight / sigma, u', v'); v is not read (v' depends on W and u only).
-    ``threads``, ``row_chunks``, ``cluster``, ``pdl`` and ``cooperative``: a launch configuration from
-    :func:`launch_variants` (by default its first)."""
+    ``threads``, ``row_chunks``, ``cluster``, ``pdl``, ``cooperative``, ``column_slabs`` and
+    ``register_steps``: a launch configuration from :func:`launch_variants` (by default its first
+    that the device's SMs take)."""
     rows, cols = shape
     dt = tilelang_dtype(dtype)
-    if threads is None:  # the first launch variant's
-        default = launch_variants(rows, cols, dtype.itemsize)[0]
-        threads, cluster = default["threads"], default.get("cluster", 1)
-        pdl = default.get("pdl", False) if pdl is None else pdl
-        cooperative = default.get("cooperative", False)
-    cluster, pdl = cluster or 1, bool(pdl)
     # A cooperative launch needs every block resident: at most the device's SMs (on the CPU, which
     # only compiles, an H200's).
     sms = min(torch.cuda.get_device_properties(device).multi_processor_count, H200_SMS) \
         if torch.device(device).type == "cuda" else H200_SMS
+    if threads is None:
+        default = next(v for v in launch_variants(rows, cols, dtype.itemsize)
+                       if not v.get("column_slabs") or column_slabs_fit(rows, cols, dtype.itemsize, v["threads"], sms))
+        threads, cluster = default["threads"], default.get("cluster", 1)
+        pdl = default.get("pdl", False) if pdl is None else pdl
+        cooperative = default.get("cooperative", False)
+        column_slabs, register_steps = default.get("column_slabs", False), default.get("register_steps", 0)
+    cluster, pdl = cluster or 1, bool(pdl)
     if column_slabs:
         if not column_slabs_fit(rows, cols, dtype.itemsize, threads, sms):
             raise ValueError(f"column slabs cannot split W [{rows}, {cols}] of {dtype} over {sms} SMs at {threads} threads; "

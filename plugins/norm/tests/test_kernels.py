@@ -71,8 +71,9 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
         variants = sk.launch_variants(rows, cols, 2)
         assert len({tuple(v.items()) for v in variants}) == len(variants) > 1
         passes = [v for v in variants if not v.get("cooperative") and not v.get("column_slabs")]
-        # Many rows: one cooperative launch by default, then five with programmatic dependent launch.
-        assert variants[0].get("cooperative", False) == passes[0].get("pdl", False) == (rows > 1)
+        # Many rows: one cooperative launch in column slabs by default, then the row slabs, then five
+        # launches with programmatic dependent launch.
+        assert variants[0].get("column_slabs", False) == passes[0].get("pdl", False) == (rows > 1)
         for config in (passes[0], passes[-1]):
             threads, pdl = config["threads"], config.get("pdl", False)
             kernels = [sk._single_row(cols, dt, 2, 1e-12, threads, config.get("cluster", 1))] if rows == 1 else [
@@ -89,8 +90,9 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
 def test_spectral_norm_cooperative_kernel_compiles_with_a_grid_barrier_between_passes():
     from npuops_norm import spectral_kernel as sk
 
-    assert sk.launch_variants(2048, 8192, 2)[0] == {"threads": 512, "cooperative": True}
-    assert sk.launch_variants(1024, 2048, 2)[0] == {"threads": 256, "cooperative": True}
+    cooperative = [v for v in sk.launch_variants(2048, 8192, 2) if v.get("cooperative")]
+    assert cooperative[0] == {"threads": 512, "cooperative": True}
+    assert [v for v in sk.launch_variants(1024, 2048, 2) if v.get("cooperative")][0] == {"threads": 256, "cooperative": True}
     assert {v["threads"] for v in sk.launch_variants(2048, 8192, 2) if v.get("cooperative")} == {256, 512}
     assert {v["threads"] for v in sk.launch_variants(2048, 16384, 2) if v.get("cooperative")} == {512}  # 32 columns a thread
     assert not any(v.get("cooperative") for v in sk.launch_variants(1, 8192, 2) + sk.launch_variants(2048, 32768, 2))
@@ -126,8 +128,14 @@ def test_spectral_norm_column_slabs_split_w_evenly_and_compile_with_two_grid_bar
         sk.build_power_iteration((2048, 12288), torch.bfloat16, 1e-12, torch.device("cpu"), threads=512, column_slabs=True)
     # Every step of a 4096-wide slab fits in shared memory: no variant holds any in registers.
     assert {v["register_steps"] for v in sk.launch_variants(2048, 4096, 2) if v.get("column_slabs")} == {0}
+    # The default holds the most steps in registers at 512 threads; a choice that holds as many as
+    # another is not offered twice, and is named by the steps it holds.
+    assert sk.launch_variants(2048, 8192, 2)[0] == {"threads": 512, "column_slabs": True, "register_steps": 4}
+    assert [(v["threads"], v["register_steps"]) for v in sk.launch_variants(2048, 8192, 2) if v.get("column_slabs")] \
+        == [(512, 4), (512, 0), (256, 0), (256, 9)]
     source = compile_kernel(sk._column_slabs(3072, 6144, "float16", 2, 1e-12, 256, 96, 16), arch="sm_90").get_kernel_source()
-    assert source.count("this_grid().sync()") == 2 and "register_w[128]" in source
+    # Pass 2 visits the 16 steps held in registers at once: a dot product's slot for each.
+    assert source.count("this_grid().sync()") == 2 and "register_w[128]" in source and "dots[16]" in source
 
 
 def test_spectral_norm_column_partials_cover_the_gpu_evenly():

@@ -39,8 +39,9 @@ class SpectralNormPowerIterFwd(RowwiseNormOp):
             "v": F.normalize(rng.normal((cols,), dtype), dim=0, eps=eps),
         }
 
-    kernel_description = ("TileLang: column partials, two normalizations, row dots, scale in one cooperative launch "
-                          "(grid barriers between passes, rows held in shared memory), else 5 launches; 1 for a single row")
+    kernel_description = ("TileLang: Wᵀu, W t, the norms and W / sigma in one cooperative launch over slabs of columns "
+                          "(two grid barriers, slabs held in shared memory and registers), else of rows, else 5 launches; "
+                          "1 for a single row")
 
     def kernel_unsupported(self, w):
         from ..spectral_kernel import unsupported
