@@ -11,7 +11,7 @@ import torch
 from npuops.check import check
 from npuops.registry import load_registry
 from npuops.runner import Runner, RunOptions
-from npuops.timing import TimingOptions, measure
+from npuops.timing import TimingOptions, kernel_time, measure
 
 pytestmark = pytest.mark.gpu
 
@@ -33,6 +33,24 @@ def test_hold_keeps_host_overhead_out_of_device_time(registry):
     t = measure(slow_host_call, device, "eager", TimingOptions(budget_s=0.3))
     assert t.hold_us and t.hold_us >= 4000
     assert t.median_ms < 0.1, f"host time leaked into device time: {t.median_ms} ms"
+
+
+def test_kernel_time_reads_the_calls_device_activity_alone(registry):
+    """Two small kernels with 2 ms of host work between them: the profiler's span covers both
+    kernels and nothing of the host, in both regimes, and is no longer than the event time."""
+    device = registry.device("cuda")
+    x = torch.zeros(1 << 20, device="cuda")
+
+    def two_kernels_slow_host():
+        x.add_(1)
+        time.sleep(0.002)
+        x.mul_(0.5)
+
+    for regime in ("eager", "graph"):
+        kernels = kernel_time(two_kernels_slow_host, device, regime)
+        assert kernels.activities == 2 and kernels.n == 20
+        assert 0 < kernels.median_ms < 0.05, f"{regime}: {kernels.median_ms} ms is more than two small kernels"
+        assert kernels.median_ms <= measure(two_kernels_slow_host, device, regime, TimingOptions(budget_s=0.2)).median_ms
 
 
 def test_copy_time_is_near_bandwidth(registry):

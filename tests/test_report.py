@@ -84,6 +84,7 @@ def test_markdown_csv_and_terminal(capsys, results_file):
     md = report(capsys, results_file, "markdown")
     assert "## norm · RMSNormFwd · eager" in md and "| W1 decode bf16 | 1.50× | 0.0020 |" in md
     assert "† no implementation of ours yet" in md  # W2 has baselines only
+    assert "kernels" not in md  # no row has kernel times
     rows = list(csv.DictReader(io.StringIO(report(capsys, results_file, "csv"))))
     assert len(rows) == 7 and rows[0]["op"] == "RMSNormFwd"
     term = report(capsys, results_file, "terminal")
@@ -125,3 +126,21 @@ def test_summary_per_op_and_regime(tmp_path):
     assert summary.slowest.workload == "W2"
     text = render_markdown(results)
     assert "## Summary" in text and "W2 decode bf16 (0.50×)" in text
+
+
+def test_kernel_times_shown_beside_device_times_where_recorded(capsys, tmp_path):
+    """Rows measured with ``npuops run --kernel-time`` show the profiler's span beside the event
+    time, and the JSON records carry it; rows without it read as before."""
+    path = tmp_path / "k.jsonl"
+    kernels = {"median_ms": 0.0018, "min_ms": 0.0017, "activities": 1, "n": 20}
+    with ResultsWriter(path) as w:
+        w.append({"record": "env", "run_id": "r1", "device": {"device": "cuda"}, "limits": LIMITS})
+        w.append(row("ours_kernel", "ours", "eager", 0.0043, kernel_time=kernels))
+        w.append(row("liger", "open-source", "eager", 0.0045, kernel_time={**kernels, "median_ms": 0.0021}))
+        w.append(row("torch_eager", "torch_eager", "eager", 0.02))
+    md = report(capsys, path, "markdown")
+    assert "| 0.0043 (kernels 0.0018) |" in md and "liger · open-source: 0.0045 (kernels 0.0021)" in md
+    assert "torch_eager: 0.0200<br>" in md or "torch_eager: 0.0200 |" in md
+    assert "npuops run --kernel-time" in md
+    by = {r["impl"]: r for r in json.loads(report(capsys, path, "json"))}
+    assert by["ours_kernel"]["kernel_ms"] == 0.0018 and by["torch_eager"]["kernel_ms"] is None

@@ -131,10 +131,13 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             raise unknown("regime", regime, REGIMES)
     options = RunOptions(device=device.name, regimes=regimes, jobs=args.jobs, seed=args.seed,
                          timing=TimingOptions(budget_s=args.budget), task_timeout_s=args.timeout, rerun=args.rerun,
-                         tune=args.tune)
+                         tune=args.tune, kernel_time=args.kernel_time)
+    if args.kernel_time and device.profiler_activity() is None:
+        console.print(f"[yellow]--kernel-time: torch.profiler records no kernels of {device.name}; "
+                      "the rows will have none[/yellow]")
     console.print(f"npuops run: {len(workloads)} workloads on {device.name} "
                   f"({device.describe().get('model')}), regimes {', '.join(regimes)}, {args.jobs} job(s)"
-                  f"{', tuning launch variants' if args.tune else ''} → {args.out}")
+                  f"{', tuning launch variants' if args.tune else ''}{', kernel times' if args.kernel_time else ''} → {args.out}")
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn()]
     with Progress(*columns, console=console, transient=False, disable=args.no_progress) as progress:
@@ -250,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tune", action="store_true",
                    help="for implementations with launch variants: check every variant, time each, measure the fastest "
                         "(where the graph regime is timed, near ties go to the least sum of both regimes)")
+    p.add_argument("--kernel-time", action="store_true",
+                   help="also record each measured call's device activity as the device's profiler reports it "
+                        "(CUPTI on CUDA): first kernel start to last kernel end, no launch or event cost")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
 

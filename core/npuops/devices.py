@@ -58,6 +58,10 @@ class Device:
         Returns False where the device cannot be held."""
         return False
 
+    def profiler_activity(self) -> Any:
+        """The torch.profiler activity that records this device's kernels (None: none does)."""
+        return None
+
     def cache_flusher(self) -> Callable[[], None]:
         """A callable that evicts the last-level cache (on GPUs, L2)."""
         size = max(2 * _host_llc_bytes(), 32 << 20)
@@ -192,6 +196,12 @@ class AcceleratorDevice(Device):
         # Cycles at 2 GHz: never shorter than asked at the H200's 1.98 GHz boost or any lower clock.
         sleep(int(seconds * 2.0e9))
         return True
+
+    def profiler_activity(self) -> Any:
+        from torch.profiler import ProfilerActivity
+
+        # torch_npu records its kernels through its own profiler, not torch.profiler's.
+        return ProfilerActivity.CUDA if self.name == "cuda" else None
 
     def cache_flusher(self) -> Callable[[], None]:
         props = self.api.get_device_properties(self.api.current_device())

@@ -159,7 +159,7 @@ def json_records(results: Results) -> list[dict[str, Any]]:
             records.append({
                 "family": e.family, "op": e.op, "workload": e.workload, "impl": row["impl"],
                 "tier": row["tier"], "regime": e.regime, "status": row["status"],
-                "median_ms": _median(row) if ok else None, "ratio": ratio,
+                "median_ms": _median(row) if ok else None, "kernel_ms": kernel_ms(row) if ok else None, "ratio": ratio,
                 "sol_pct": metrics.get("sol_pct"), "bound": metrics.get("bound"),
                 "label": e.label, "dtype": e.dtype, "device": row["device"],
                 "min_ms": row["timing"]["min_ms"] if ok else None, "n": row["timing"]["n"] if ok else None,
@@ -186,6 +186,17 @@ def ratio_class(ratio: float | None) -> str:
     return "faster" if ratio > 1 + LEVEL else "slower" if ratio < 1 - LEVEL else "level"
 
 
+def kernel_ms(row: dict[str, Any]) -> float | None:
+    """The row's median kernel time (``npuops run --kernel-time``), if it has one."""
+    return (row.get("kernel_time") or {}).get("median_ms")
+
+
+def time_text(row: dict[str, Any]) -> str:
+    """The row's median device time, and its kernel time where it has one."""
+    kernels = kernel_ms(row)
+    return fmt_ms(_median(row)) + ("" if kernels is None else f" (kernels {fmt_ms(kernels)})")
+
+
 def alternative_cells(e: Entry) -> list[tuple[str, str]]:
     """(``name · tier``, time or status) for every implementation except the ours shown."""
     cells = []
@@ -194,7 +205,7 @@ def alternative_cells(e: Entry) -> list[tuple[str, str]]:
             continue
         name = row["impl"] if row["impl"] == row["tier"] else f"{row['impl']} · {row['tier']}"
         if row["status"] == "ok":
-            cells.append((name, fmt_ms(_median(row))))
+            cells.append((name, time_text(row)))
         else:
             cells.append((name, f"{row['status']}: {row.get('reason', '')}"))
     return cells
@@ -216,7 +227,7 @@ def sol_text(e: Entry) -> str:
 
 
 def ours_text(e: Entry) -> str:
-    return fmt_ms(_median(e.ours)) if e.ours else "·"
+    return time_text(e.ours) if e.ours else "·"
 
 
 def _grouped(entries: list[Entry]) -> dict[tuple[str, str, str], list[Entry]]:
@@ -239,6 +250,12 @@ def _env_lines(results: Results) -> list[str]:
 
 
 FOOTNOTE = "† no implementation of ours yet: throughput and SOL of the fastest alternative."
+KERNELS_NOTE = "(kernels t): the call's device activity alone, as the profiler reports it (npuops run --kernel-time)."
+
+
+def footnote(entries: list[Entry]) -> str:
+    has_kernels = any(kernel_ms(row) is not None for e in entries for row in e.rows if row["status"] == "ok")
+    return f"{FOOTNOTE} {KERNELS_NOTE}" if has_kernels else FOOTNOTE
 HEADERS = ("Workload", "Ratio alt/ours", "Device time ms", "Alternatives (name · tier: ms)", "Throughput", "SOL", "Bound")
 
 
@@ -274,7 +291,7 @@ def render_terminal(results: Results, console: Any) -> None:
             table.add_row(f"{e.workload} {e.label} {e.dtype}", ratio, ours_text(e), alts, throughput_text(e),
                           sol_text(e), e.metrics.get("bound") or "·")
         console.print(table)
-    console.print(f"[dim]{FOOTNOTE}[/dim]")
+    console.print(f"[dim]{footnote(all_entries)}[/dim]")
 
 
 def render_markdown(results: Results) -> str:
@@ -282,8 +299,8 @@ def render_markdown(results: Results) -> str:
     out.write("# npuops results\n\n")
     for line in _env_lines(results):
         out.write(f"- {line}\n")
-    out.write(f"\n{FOOTNOTE}\n")
     all_entries = build_entries(results)
+    out.write(f"\n{footnote(all_entries)}\n")
     summaries = summarize(all_entries)
     if summaries:
         out.write("\n## Summary: ours against the fastest alternative, per op\n\n")
@@ -331,12 +348,12 @@ h2{font-size:16px;margin-top:1.6em}
 
 def render_html(results: Results) -> str:
     esc = html.escape
+    all_entries = build_entries(results)
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>npuops results</title>",
              f"<style>{_CSS}</style></head><body><h1>npuops results</h1>"]
     parts += [f"<p class='env'>{esc(line)}</p>" for line in _env_lines(results)]
     parts.append(f"<p class='env'>Green: faster than the best alternative; red: slower; plain: within {LEVEL:.0%}. "
-                 f"Times in ms (median device time). {esc(FOOTNOTE)}</p>")
-    all_entries = build_entries(results)
+                 f"Times in ms (median device time). {esc(footnote(all_entries))}</p>")
     summaries = summarize(all_entries)
     if summaries:
         parts.append("<h2>Summary: ours against the fastest alternative, per op</h2><table><tr>")

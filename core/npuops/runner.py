@@ -33,7 +33,7 @@ from .impl import Implementation
 from .op import Op
 from .registry import Registry, load_registry
 from .results import ResultsWriter, git_revision, read_results, row_key
-from .timing import REGIMES, TimingOptions, measure
+from .timing import REGIMES, TimingOptions, kernel_time, measure
 from .workload import Workload
 
 _GIB = 1 << 30
@@ -69,6 +69,8 @@ class RunOptions:
     # measured: one launch serves both, and short kernels that tie eager may not tie replayed.
     tuning_tie: float = 0.02
     tuning_graph_finalists: int = 3
+    # Also read each measured call's device activity from the device's profiler (timing.kernel_time).
+    kernel_time: bool = False
 
 
 def base_row(op: Op, w: Workload, impl: Implementation, regime: str, device: str) -> dict[str, Any]:
@@ -270,9 +272,14 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
                     row.update(_config_field(fn))
                 for regime in task.regimes:
                     stage = f"timing ({regime})"
-                    timing = measure(functools.partial(fn, **inputs), device, regime, options.timing,
-                                     capture=impl.graph_capturable)
-                    emit({**rows.pop(regime), "status": "ok", "timing": timing.to_dict(), "check": checked, "build_s": build_s})
+                    call = functools.partial(fn, **inputs)
+                    timing = measure(call, device, regime, options.timing, capture=impl.graph_capturable)
+                    row = {**rows.pop(regime), "status": "ok", "timing": timing.to_dict(), "check": checked, "build_s": build_s}
+                    if options.kernel_time:
+                        stage = f"kernel time ({regime})"
+                        kernels = kernel_time(call, device, regime, capture=impl.graph_capturable)
+                        row["kernel_time"] = kernels.to_dict() if kernels else None
+                    emit(row)
     except Exception as exc:
         finish("failed", reason=f"{stage}: {_describe_error(exc)}")
         try:

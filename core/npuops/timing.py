@@ -8,13 +8,17 @@ median is stable or the budget is spent. Regimes:
 - ``eager``: the implementation's callable, launched from Python each iteration;
 - ``graph``: the callable captured once in a device graph, replayed each iteration (still cold:
   the flush runs before every replay).
+
+:func:`kernel_time` reads the same call's device activity from the device's profiler instead (CUPTI
+on CUDA): from its first kernel's start to its last one's end, no event or launch cost counted.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -143,3 +147,68 @@ def measure(
         hold_us=hold_s * 1e6 if held else None,
         clock_mhz=device.clock_mhz(),
     )
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    median_ms: float  # of the spans, each from the call's first device activity's start to its last's end
+    min_ms: float
+    activities: int  # kernels, copies and fills of one call
+    n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+CALL_LABEL = "npuops.timed-call"
+
+
+def call_spans(events: Iterable[Any], label: str = CALL_LABEL) -> list[tuple[float, int]]:
+    """(span in µs, activities) of each call a profile annotated with ``label``, in order: the
+    device activities whose launch (the runtime call of the same correlation id) the host made
+    inside the annotation. ``events`` are torch.profiler FunctionEvents."""
+    events = list(events)
+    calls = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == label and e.is_user_annotation)
+    launched_at = {e.id: e.time_range.start for e in events
+                   if e.device_type.name == "CPU" and e.activity_type.endswith(("_runtime", "_driver"))}
+    per_call: dict[int, list[Any]] = defaultdict(list)
+    for e in events:
+        if e.device_type.name == "CPU" or e.activity_type == "gpu_user_annotation" or e.id not in launched_at:
+            continue
+        at = launched_at[e.id]
+        for index, (start, end) in enumerate(calls):
+            if start <= at <= end:
+                per_call[index].append(e)
+    return [(max(e.time_range.end for e in per_call[i]) - min(e.time_range.start for e in per_call[i]), len(per_call[i]))
+            for i in range(len(calls)) if per_call[i]]
+
+
+def kernel_time(call: Callable[[], Any], device: Device, regime: str, iterations: int = 20,
+                capture: bool = True) -> KernelTime | None:
+    """The call's device time as the device's profiler records it, each iteration flushed and
+    held as :func:`measure` does, so its kernels are all queued before the first starts: the
+    median span of its device activity. None where the device's profiler records no kernels."""
+    activity = device.profiler_activity()
+    if activity is None:
+        return None
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    host_s = warm_up(call, device, 0.05)
+    if regime == "graph" and capture:
+        call = device.capture_graph(call)
+        host_s = warm_up(call, device, 0.05)
+    flush = device.cache_flusher()
+    with profile(activities=[ProfilerActivity.CPU, activity]) as prof:
+        for _ in range(iterations + 1):  # the first call's host time, profiled, sizes the holds after it
+            flush()
+            device.hold(hold_seconds(host_s))
+            started = time.perf_counter()
+            with record_function(CALL_LABEL):
+                call()
+            host_s = max(host_s, time.perf_counter() - started)
+        device.synchronize()
+    spans = call_spans(prof.events())[1:]
+    if not spans:
+        raise RuntimeError(f"the {device.name} profiler recorded no device activity of the call")
+    return KernelTime(median_ms=statistics.median(us for us, _ in spans) / 1e3, min_ms=min(us for us, _ in spans) / 1e3,
+                      activities=max(count for _, count in spans), n=len(spans))
