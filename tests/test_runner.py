@@ -224,3 +224,19 @@ def test_kernel_time_on_a_device_whose_profiler_records_no_kernels_leaves_rows_w
     Runner(registry, options, tmp_path / "k.jsonl").run(registry.workloads("ToyScaleFwd"), ["toy_ours"])
     rows = [r for r in read_results(tmp_path / "k.jsonl").rows if r["status"] == "ok"]
     assert rows and all(r["kernel_time"] is None for r in rows)
+
+
+def test_kernel_time_says_when_the_profiler_saw_nothing_the_call_launched(monkeypatch):
+    """A profiler that records only the host (as torch.profiler does on the CPU) sees no device
+    activity of the call: kernel_time says so rather than reporting a span of nothing."""
+    import pytest
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    from npuops.timing import NoDeviceActivity, kernel_time
+
+    device = load_registry().device("cpu")
+    monkeypatch.setattr(type(device), "profiler_activity", lambda self: ProfilerActivity.CPU)
+    x = torch.ones(16)
+    with pytest.raises(NoDeviceActivity, match="no device activity"):
+        kernel_time(lambda: x.add_(1), device, "eager", iterations=2)

@@ -256,6 +256,8 @@ KERNELS_NOTE = "(kernels t): the call's device activity alone, as the profiler r
 def footnote(entries: list[Entry]) -> str:
     has_kernels = any(kernel_ms(row) is not None for e in entries for row in e.rows if row["status"] == "ok")
     return f"{FOOTNOTE} {KERNELS_NOTE}" if has_kernels else FOOTNOTE
+
+
 HEADERS = ("Workload", "Ratio alt/ours", "Device time ms", "Alternatives (name · tier: ms)", "Throughput", "SOL", "Bound")
 
 

@@ -163,6 +163,10 @@ class KernelTime:
 CALL_LABEL = "npuops.timed-call"
 
 
+class NoDeviceActivity(RuntimeError):
+    """The profiler recorded nothing the timed call launched on the device."""
+
+
 def call_spans(events: Iterable[Any], label: str = CALL_LABEL) -> list[tuple[float, int]]:
     """(span in µs, activities) of each call a profile annotated with ``label``, in order: the
     device activities whose launch (the runtime call of the same correlation id) the host made
@@ -198,7 +202,7 @@ def kernel_time(call: Callable[[], Any], device: Device, regime: str, iterations
         call = device.capture_graph(call)
         host_s = warm_up(call, device, 0.05)
     flush = device.cache_flusher()
-    with profile(activities=[ProfilerActivity.CPU, activity]) as prof:
+    with profile(activities={ProfilerActivity.CPU, activity}) as prof:
         for _ in range(iterations + 1):  # the first call's host time, profiled, sizes the holds after it
             flush()
             device.hold(hold_seconds(host_s))
@@ -209,6 +213,6 @@ def kernel_time(call: Callable[[], Any], device: Device, regime: str, iterations
         device.synchronize()
     spans = call_spans(prof.events())[1:]
     if not spans:
-        raise RuntimeError(f"the {device.name} profiler recorded no device activity of the call")
+        raise NoDeviceActivity(f"the {device.name} profiler recorded no device activity of the call")
     return KernelTime(median_ms=statistics.median(us for us, _ in spans) / 1e3, min_ms=min(us for us, _ in spans) / 1e3,
                       activities=max(count for _, count in spans), n=len(spans))
