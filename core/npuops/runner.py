@@ -276,6 +276,7 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
                     timing = measure(call, device, regime, options.timing, capture=impl.graph_capturable)
                     row = {**rows.pop(regime), "status": "ok", "timing": timing.to_dict(), "check": checked, "build_s": build_s}
                     if options.kernel_time:
+                        stage = f"kernel time ({regime})"
                         try:
                             kernels = kernel_time(call, device, regime, capture=impl.graph_capturable)
                             row["kernel_time"] = kernels.to_dict() if kernels else None
