@@ -187,31 +187,36 @@ def test_inductor_autotuning_takes_the_device_lock():
     assert "benchmark" not in vars(benchmarker) and events[-1] == "after"  # the lock is left out again
 
 
-def _event(name, kind, activity, start, end, corr=0, annotation=False):
+def _event(name, kind, activity, start, end, corr=0):
+    """A torch.profiler FunctionEvent's fields call_spans reads (no activity type: as older torch has)."""
     from torch.autograd import DeviceType
 
-    return SimpleNamespace(name=name, device_type=getattr(DeviceType, kind), activity_type=activity, id=corr,
-                           time_range=SimpleNamespace(start=start, end=end), is_user_annotation=annotation)
+    event = SimpleNamespace(name=name, device_type=getattr(DeviceType, kind), id=corr,
+                            time_range=SimpleNamespace(start=start, end=end))
+    if activity:
+        event.activity_type = activity
+    return event
 
 
 def test_kernel_spans_keep_only_what_each_timed_call_launched():
     """The profiler's events of two timed calls, each after a flush and a hold: a call's span runs
     from the first activity it launched to the last (a kernel and a copy in call one, a graph's two
-    kernels in call two); the flush's and the hold's kernels, the device-side annotation and a CPU
-    op sharing a kernel's id count for nothing."""
+    kernels in call two, its launch without an activity type, as older torch records it, known by
+    its name); the flush's and the hold's kernels, the device-side annotation and a CPU op sharing
+    a kernel's id count for nothing."""
     from npuops.timing import CALL_LABEL, call_spans
 
     events = [
         _event("aten::zero_", "CPU", "cpu_op", 0, 5, corr=7),  # an op id equal to a kernel's correlation id
         _event("cudaLaunchKernel", "CPU", "cuda_runtime", 1, 2, corr=1), _event("fill", "CUDA", "kernel", 10, 40, corr=1),
         _event("cudaLaunchKernel", "CPU", "cuda_runtime", 3, 4, corr=2), _event("spin", "CUDA", "kernel", 40, 90, corr=2),
-        _event(CALL_LABEL, "CPU", "user_annotation", 6, 20, annotation=True),
+        _event(CALL_LABEL, "CPU", "user_annotation", 6, 20),
         _event("cuLaunchKernel", "CPU", "cuda_driver", 7, 8, corr=7), _event("main_kernel", "CUDA", "kernel", 91, 93, corr=7),
         _event("cudaMemcpyAsync", "CPU", "cuda_runtime", 9, 10, corr=8), _event("copy", "CUDA", "gpu_memcpy", 93.5, 95, corr=8),
         _event(CALL_LABEL, "CUDA", "gpu_user_annotation", 91, 95),
         _event("cudaLaunchKernel", "CPU", "cuda_runtime", 30, 31, corr=9), _event("fill", "CUDA", "kernel", 100, 130, corr=9),
-        _event(CALL_LABEL, "CPU", "user_annotation", 40, 50, annotation=True),
-        _event("cudaGraphLaunch", "CPU", "cuda_runtime", 41, 45, corr=11),
+        _event(CALL_LABEL, "CPU", "user_annotation", 40, 50),
+        _event("cudaGraphLaunch", "CPU", None, 41, 45, corr=11),
         _event("a", "CUDA", "kernel", 200, 201.5, corr=11), _event("b", "CUDA", "kernel", 202, 204, corr=11),
     ]
     assert call_spans(events) == [(4.0, 2), (4.0, 2)]

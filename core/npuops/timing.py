@@ -167,17 +167,24 @@ class NoDeviceActivity(RuntimeError):
     """The profiler recorded nothing the timed call launched on the device."""
 
 
+def _is_launch(event: Any) -> bool:
+    """A runtime or driver call (cudaLaunchKernel, cuLaunchKernel, cudaGraphLaunch, ...): what a
+    device activity's correlation id names. Named by its activity type where torch records one."""
+    kind = getattr(event, "activity_type", None)
+    return kind.endswith(("_runtime", "_driver")) if kind else event.name.startswith("cu")
+
+
 def call_spans(events: Iterable[Any], label: str = CALL_LABEL) -> list[tuple[float, int]]:
     """(span in µs, activities) of each call a profile annotated with ``label``, in order: the
     device activities whose launch (the runtime call of the same correlation id) the host made
     inside the annotation. ``events`` are torch.profiler FunctionEvents."""
     events = list(events)
-    calls = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == label and e.is_user_annotation)
-    launched_at = {e.id: e.time_range.start for e in events
-                   if e.device_type.name == "CPU" and e.activity_type.endswith(("_runtime", "_driver"))}
+    on_host = [e for e in events if e.device_type.name == "CPU"]
+    calls = sorted((e.time_range.start, e.time_range.end) for e in on_host if e.name == label)
+    launched_at = {e.id: e.time_range.start for e in on_host if _is_launch(e)}
     per_call: dict[int, list[Any]] = defaultdict(list)
     for e in events:
-        if e.device_type.name == "CPU" or e.activity_type == "gpu_user_annotation" or e.id not in launched_at:
+        if e.device_type.name == "CPU" or e.name == label or e.id not in launched_at:
             continue
         at = launched_at[e.id]
         for index, (start, end) in enumerate(calls):
