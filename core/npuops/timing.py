@@ -88,6 +88,17 @@ def warm_up(call: Callable[[], Any], device: Device, budget_s: float) -> float:
     return host
 
 
+def regime_call(call: Callable[[], Any], device: Device, regime: str, warmup_s: float,
+                capture: bool = True) -> tuple[Callable[[], Any], float]:
+    """(what the regime times, warmed up; the host time of one call of it): ``call`` itself, or
+    for ``graph`` where ``capture`` its capture in a device graph, replayed."""
+    host_s = warm_up(call, device, warmup_s)
+    if regime == "graph" and capture:
+        call = device.capture_graph(call)
+        host_s = warm_up(call, device, warmup_s)
+    return call, host_s
+
+
 def hold_seconds(host_s: float, options: TimingOptions = TimingOptions()) -> float:
     """How long to hold the device before each timed call whose host time is ``host_s``: long
     enough that the host has queued the whole call before the device reaches it."""
@@ -106,10 +117,7 @@ def measure(
     or meaningful."""
     if regime not in REGIMES:
         raise ValueError(f"regime {regime!r} is not one of {', '.join(REGIMES)}")
-    host_s = warm_up(call, device, options.warmup_s)
-    if regime == "graph" and capture:
-        call = device.capture_graph(call)
-        host_s = warm_up(call, device, options.warmup_s)
+    call, host_s = regime_call(call, device, regime, options.warmup_s, capture)
     flush = device.cache_flusher()
     hold_s = hold_seconds(host_s, options)
     held = device.hold(0)  # probes whether this device can be held at all
@@ -204,10 +212,7 @@ def kernel_time(call: Callable[[], Any], device: Device, regime: str, iterations
         return None
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    host_s = warm_up(call, device, 0.05)
-    if regime == "graph" and capture:
-        call = device.capture_graph(call)
-        host_s = warm_up(call, device, 0.05)
+    call, host_s = regime_call(call, device, regime, 0.05, capture)
     flush = device.cache_flusher()
     with profile(activities={ProfilerActivity.CPU, activity}) as prof:
         for _ in range(iterations + 1):  # the first call's host time, profiled, sizes the holds after it
