@@ -130,7 +130,8 @@ def test_summary_per_op_and_regime(tmp_path):
 
 def test_kernel_times_shown_beside_device_times_where_recorded(capsys, tmp_path):
     """Rows measured with ``npuops run --kernel-time`` show the profiler's span beside the event
-    time, and the JSON records carry it; rows without it read as before."""
+    time, and its SOL beside the event time's; the JSON records carry both; rows without it read
+    as before."""
     path = tmp_path / "k.jsonl"
     kernels = {"median_ms": 0.0018, "min_ms": 0.0017, "activities": 1, "n": 20}
     with ResultsWriter(path) as w:
@@ -144,3 +145,7 @@ def test_kernel_times_shown_beside_device_times_where_recorded(capsys, tmp_path)
     assert "npuops run --kernel-time" in md
     by = {r["impl"]: r for r in json.loads(report(capsys, path, "json"))}
     assert by["ours_kernel"]["kernel_ms"] == 0.0018 and by["torch_eager"]["kernel_ms"] is None
+    # 4 MB at 4 TB/s = 1 us: 1 / 4.3 of the event time, 1 / 1.8 of the kernel time
+    assert "| 23.3% (kernels 55.6%) |" in md
+    assert by["ours_kernel"]["sol_pct"] == pytest.approx(100 / 4.3)
+    assert by["ours_kernel"]["kernel_sol_pct"] == pytest.approx(100 / 1.8) and by["torch_eager"]["kernel_sol_pct"] is None
