@@ -86,9 +86,9 @@ def default_row_chunks(rows: int, cols: int) -> int:
     return min(rows // ROW_UNROLL, max(ROW_CHUNKS, COLUMN_PARTIAL_BLOCKS // (cols // COLUMN_TILE)))
 
 
-def launch_variants(rows: int, cols: int, itemsize: int) -> list[dict[str, int]]:
-    """Launch configurations ``npuops run --tune`` chooses among for W [rows, cols] of ``itemsize``
-    bytes an element, the default first."""
+def launch_variants(rows: int, cols: int, dtype: torch.dtype) -> list[dict[str, int]]:
+    """Launch configurations ``npuops run --tune`` chooses among for W [rows, cols] of ``dtype``,
+    the default first."""
     if rows == 1:
         split = cluster_split(cols)
         clustered = [{"threads": t, "cluster": split[0]} for t in (split[1], split[1] * 2)] if split else []
@@ -104,7 +104,7 @@ def launch_variants(rows: int, cols: int, itemsize: int) -> list[dict[str, int]]
     # Column slabs first: in h200-s23-spectral-slab-probe they led the row-slab cooperative kernel
     # on all six catalog prefill rows (16384 wide bf16 52.80 -> 48.34 µs, 8192 bf16 27.48 -> 25.57,
     # 4096 bf16 18.94 -> 17.51), 512 threads ahead of 256 on each.
-    slabs = [{"threads": t, "column_slabs": True, "register_steps": k} for t, k in column_slab_choices(rows, cols, itemsize)]
+    slabs = [{"threads": t, "column_slabs": True, "register_steps": k} for t, k in column_slab_choices(rows, cols, dtype)]
     # The row-slab cooperative kernel next, at 512 threads (h200-s19a: 2048 x 4096 19.01 µs against
     # 19.17 at 256, 8192 wide 27.46 against 28.13), or 256 where 512 would not have whole vectors a thread.
     cooperative = [{"threads": t, "cooperative": True} for t in (ROW_THREADS, ROW_THREADS // 2) if cooperative_fits(rows, cols, t)]
@@ -535,18 +535,27 @@ def column_slabs_fit(rows: int, cols: int, itemsize: int, threads: int, sms: int
     return threads % lanes == 0 and rows % (threads // lanes) == 0 and rows // blocks <= threads
 
 
-# Steps held in registers, each threads count's options in the order tuning tries them: at 512
-# threads 4 is the most that spills no register, and it led 0 on the three rows where they differ
-# in h200-s23-spectral-slab-probe (16384 wide bf16 48.34 against 48.78 µs).
-COLUMN_SLAB_REGISTER_STEPS = {512: (4, 0), 256: (0, 16, 24)}
+# Steps held in registers, for each dtype and threads count, in the order tuning tries them. 512
+# threads with 4 first: it led 0 on the three rows where they differ in h200-s23-spectral-slab-probe
+# (16384 wide bf16 48.34 against 48.78 µs). The most that no catalog shape spills (ptxas -v): bf16
+# 6 at 512 threads and 24 at 256, f16 12 and 32, whose conversion to f32 takes fewer registers
+# than bf16's (the sources differ only in the type). 8192 wide, 5 steps hold at 512 threads all
+# that shared memory does not. Wider options spill on shapes of other lanes (3072 x 6144: bf16 at 512
+# threads from 6, f16 from 8): slower there, never wrong, and tuning measures them.
+COLUMN_SLAB_REGISTER_STEPS = {
+    torch.bfloat16: {512: (4, 6, 0), 256: (0, 16, 24)},
+    torch.float16: {512: (4, 12, 8, 0), 256: (0, 16, 24, 32)},
+}
 
 
-def column_slab_choices(rows: int, cols: int, itemsize: int) -> list[tuple[int, int]]:
+def column_slab_choices(rows: int, cols: int, dtype: torch.dtype) -> list[tuple[int, int]]:
     """(threads, register_steps) of the column-slab kernel's launch variants for W [rows, cols],
-    in the order of COLUMN_SLAB_REGISTER_STEPS: each threads count that fits, each number of steps
-    it would hold in registers once (none where shared memory holds every step)."""
+    in the order of COLUMN_SLAB_REGISTER_STEPS (none held in registers for a dtype it lacks): each
+    threads count that fits, each number of steps it would hold in registers once (none where
+    shared memory holds every step)."""
+    itemsize = dtype.itemsize
     choices, blocks = [], column_slab_blocks(rows, cols, itemsize)
-    for threads, options in COLUMN_SLAB_REGISTER_STEPS.items():
+    for threads, options in COLUMN_SLAB_REGISTER_STEPS.get(dtype, {512: (0,), 256: (0,)}).items():
         if column_slabs_fit(rows, cols, itemsize, threads):
             held = (column_slab_steps(rows, cols, itemsize, threads, k, blocks)[1] for k in options)
             choices += [choice for choice in dict.fromkeys((threads, k) for k in held)]
@@ -752,7 +761,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
     sms = min(torch.cuda.get_device_properties(device).multi_processor_count, H200_SMS) \
         if torch.device(device).type == "cuda" else H200_SMS
     if threads is None:
-        default = next(v for v in launch_variants(rows, cols, dtype.itemsize)
+        default = next(v for v in launch_variants(rows, cols, dtype)
                        if not v.get("column_slabs") or column_slabs_fit(rows, cols, dtype.itemsize, v["threads"], sms))
         threads, cluster = default["threads"], default.get("cluster", 1)
         pdl = default.get("pdl", False) if pdl is None else pdl
@@ -762,7 +771,7 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
     if column_slabs:
         if not column_slabs_fit(rows, cols, dtype.itemsize, threads, sms):
             raise ValueError(f"column slabs cannot split W [{rows}, {cols}] of {dtype} over {sms} SMs at {threads} threads; "
-                             f"these shapes can: {[v for v in launch_variants(rows, cols, dtype.itemsize) if v.get('column_slabs')]}")
+                             f"these shapes can: {[v for v in launch_variants(rows, cols, dtype) if v.get('column_slabs')]}")
         blocks = column_slab_blocks(rows, cols, dtype.itemsize, sms)
         kernel = compile_kernel(_column_slabs(rows, cols, dt, dtype.itemsize, eps, threads, blocks, register_steps))
 

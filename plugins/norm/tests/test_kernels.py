@@ -68,7 +68,7 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
 
     for rows in (1, 2048):
         cols, dt = 8192, "bfloat16"
-        variants = sk.launch_variants(rows, cols, 2)
+        variants = sk.launch_variants(rows, cols, torch.bfloat16)
         assert len({tuple(v.items()) for v in variants}) == len(variants) > 1
         passes = [v for v in variants if not v.get("cooperative") and not v.get("column_slabs")]
         # Many rows: one cooperative launch in column slabs by default, then the row slabs, then five
@@ -90,12 +90,12 @@ def test_spectral_norm_kernels_compile_for_sm90_at_both_ends_of_their_variants()
 def test_spectral_norm_cooperative_kernel_compiles_with_a_grid_barrier_between_passes():
     from npuops_norm import spectral_kernel as sk
 
-    cooperative = [v for v in sk.launch_variants(2048, 8192, 2) if v.get("cooperative")]
+    cooperative = [v for v in sk.launch_variants(2048, 8192, torch.bfloat16) if v.get("cooperative")]
     assert cooperative[0] == {"threads": 512, "cooperative": True}
-    assert [v for v in sk.launch_variants(1024, 2048, 2) if v.get("cooperative")][0] == {"threads": 256, "cooperative": True}
-    assert {v["threads"] for v in sk.launch_variants(2048, 8192, 2) if v.get("cooperative")} == {256, 512}
-    assert {v["threads"] for v in sk.launch_variants(2048, 16384, 2) if v.get("cooperative")} == {512}  # 32 columns a thread
-    assert not any(v.get("cooperative") for v in sk.launch_variants(1, 8192, 2) + sk.launch_variants(2048, 32768, 2))
+    assert [v for v in sk.launch_variants(1024, 2048, torch.bfloat16) if v.get("cooperative")][0] == {"threads": 256, "cooperative": True}
+    assert {v["threads"] for v in sk.launch_variants(2048, 8192, torch.bfloat16) if v.get("cooperative")} == {256, 512}
+    assert {v["threads"] for v in sk.launch_variants(2048, 16384, torch.bfloat16) if v.get("cooperative")} == {512}  # 32 columns a thread
+    assert not any(v.get("cooperative") for v in sk.launch_variants(1, 8192, torch.bfloat16) + sk.launch_variants(2048, 32768, torch.bfloat16))
     assert [sk.held_rows(2048, cols, 2, 128) for cols in (4096, 8192, 16384)] == [16, 13, 6]
     assert sk.cooperative_blocks(2048, 8192) == 128 and sk.cooperative_blocks(3072, 6144, sms=108) == 64
     source = compile_kernel(sk._cooperative(2048, 8192, "bfloat16", 2, 1e-12, 512, 128), arch="sm_90").get_kernel_source()
@@ -111,9 +111,9 @@ def test_spectral_norm_column_slabs_split_w_evenly_and_compile_with_two_grid_bar
     assert [sk.column_slab_blocks(2048, cols, 2) for cols in (4096, 8192, 16384)] == [128] * 3
     assert sk.column_slab_blocks(3072, 6144, 2) == 96  # 64 columns a block: 8 lanes a row
     assert sk.column_slab_blocks(2048, 12288, 2) is None  # 96 or 192 columns: no power of two of lanes
-    assert not any(v.get("column_slabs") for v in sk.launch_variants(1, 8192, 2) + sk.launch_variants(2048, 12288, 2))
+    assert not any(v.get("column_slabs") for v in sk.launch_variants(1, 8192, torch.bfloat16) + sk.launch_variants(2048, 12288, torch.bfloat16))
     for rows, cols in ((2048, 4096), (2048, 8192), (2048, 16384), (1024, 2048), (3072, 6144)):
-        slabs = [v for v in sk.launch_variants(rows, cols, 2) if v.get("column_slabs")]
+        slabs = [v for v in sk.launch_variants(rows, cols, torch.bfloat16) if v.get("column_slabs")]
         assert slabs and all(sk.column_slabs_fit(rows, cols, 2, v["threads"]) for v in slabs)
         lanes = cols // sk.column_slab_blocks(rows, cols, 2) // 8
         for config in slabs:
@@ -127,12 +127,20 @@ def test_spectral_norm_column_slabs_split_w_evenly_and_compile_with_two_grid_bar
     with pytest.raises(ValueError, match="column slabs cannot split W"):
         sk.build_power_iteration((2048, 12288), torch.bfloat16, 1e-12, torch.device("cpu"), threads=512, column_slabs=True)
     # Every step of a 4096-wide slab fits in shared memory: no variant holds any in registers.
-    assert {v["register_steps"] for v in sk.launch_variants(2048, 4096, 2) if v.get("column_slabs")} == {0}
-    # The default holds the most steps in registers at 512 threads; a choice that holds as many as
-    # another is not offered twice, and is named by the steps it holds.
-    assert sk.launch_variants(2048, 8192, 2)[0] == {"threads": 512, "column_slabs": True, "register_steps": 4}
-    assert [(v["threads"], v["register_steps"]) for v in sk.launch_variants(2048, 8192, 2) if v.get("column_slabs")] \
-        == [(512, 4), (512, 0), (256, 0), (256, 9)]
+    assert {v["register_steps"] for v in sk.launch_variants(2048, 4096, torch.bfloat16) if v.get("column_slabs")} == {0}
+    # The default holds 4 steps in registers at 512 threads; a choice that holds as many as another
+    # is not offered twice, and is named by the steps it holds (8192 wide: 5 at most at 512
+    # threads, 9 at 256). f16 offers more steps in registers than bf16.
+    def register_choices(cols, dtype):
+        return [(v["threads"], v["register_steps"]) for v in sk.launch_variants(2048, cols, dtype) if v.get("column_slabs")]
+
+    assert sk.launch_variants(2048, 8192, torch.bfloat16)[0] == {"threads": 512, "column_slabs": True, "register_steps": 4}
+    assert register_choices(8192, torch.bfloat16) == register_choices(8192, torch.float16) \
+        == [(512, 4), (512, 5), (512, 0), (256, 0), (256, 9)]
+    assert register_choices(16384, torch.bfloat16) == [(512, 4), (512, 6), (512, 0), (256, 0), (256, 16), (256, 24)]
+    assert register_choices(16384, torch.float16) == [(512, 4), (512, 12), (512, 8), (512, 0),
+                                                      (256, 0), (256, 16), (256, 24), (256, 32)]
+    assert register_choices(16384, torch.float32) == [(512, 0), (256, 0)]  # no register options for f32
     source = compile_kernel(sk._column_slabs(3072, 6144, "float16", 2, 1e-12, 256, 96, 16), arch="sm_90").get_kernel_source()
     # Pass 2 visits the 16 steps held in registers at once: a dot product's slot for each.
     assert source.count("this_grid().sync()") == 2 and "register_w[128]" in source and "dots[16]" in source
@@ -143,7 +151,7 @@ def test_spectral_norm_column_partials_cover_the_gpu_evenly():
     from npuops_norm import spectral_kernel as sk
 
     for cols in (4096, 8192, 16384):
-        for config in sk.launch_variants(2048, cols, 2):
+        for config in sk.launch_variants(2048, cols, torch.bfloat16):
             if config.get("cooperative") or config.get("column_slabs"):
                 continue
             chunks = config["row_chunks"]

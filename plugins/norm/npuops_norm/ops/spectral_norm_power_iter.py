@@ -51,7 +51,7 @@ class SpectralNormPowerIterFwd(RowwiseNormOp):
     def tilelang_variants(self, w):
         from ..spectral_kernel import launch_variants
 
-        return launch_variants(*w.shapes["x"], w.dtype_of("x").itemsize)
+        return launch_variants(*w.shapes["x"], w.dtype_of("x"))
 
     def tilelang_build(self, w, device, config=None):
         from ..spectral_kernel import build_power_iteration
