@@ -202,8 +202,9 @@ def test_kernel_spans_keep_only_what_each_timed_call_launched():
     """The profiler's events of two timed calls, each after a flush and a hold: a call's span runs
     from the first activity it launched to the last (a kernel and a copy in call one, a graph's two
     kernels in call two, its launch without an activity type, as older torch records it, known by
-    its name); the flush's and the hold's kernels, the device-side annotation and a CPU op sharing
-    a kernel's id count for nothing."""
+    its name); a third call's cooperative kernel, whose launch the profiler did not record, by
+    where it ran: after the hold launched before that call. The flush's and the hold's kernels, the
+    device-side annotation and a CPU op sharing a kernel's id count for nothing."""
     from npuops.timing import CALL_LABEL, call_spans
 
     events = [
@@ -218,8 +219,12 @@ def test_kernel_spans_keep_only_what_each_timed_call_launched():
         _event(CALL_LABEL, "CPU", "user_annotation", 40, 50),
         _event("cudaGraphLaunch", "CPU", None, 41, 45, corr=11),
         _event("a", "CUDA", "kernel", 200, 201.5, corr=11), _event("b", "CUDA", "kernel", 202, 204, corr=11),
+        _event("cudaLaunchKernel", "CPU", "cuda_runtime", 60, 61, corr=12), _event("spin", "CUDA", "kernel", 205, 300, corr=12),
+        _event(CALL_LABEL, "CPU", "user_annotation", 70, 80),
+        _event("coop", "CUDA", "kernel", 301, 310, corr=13),  # its cuLaunchCooperativeKernel not recorded
+        _event("cudaLaunchKernel", "CPU", "cuda_runtime", 90, 91, corr=14), _event("fill", "CUDA", "kernel", 311, 340, corr=14),
     ]
-    assert call_spans(events) == [(4.0, 2), (4.0, 2)]
+    assert call_spans(events) == [(4.0, 2), (4.0, 2), (9.0, 1)]
     assert call_spans(events[:5]) == []  # no timed call
 
 

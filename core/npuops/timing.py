@@ -185,19 +185,29 @@ def _is_launch(event: Any) -> bool:
 def call_spans(events: Iterable[Any], label: str = CALL_LABEL) -> list[tuple[float, int]]:
     """(span in µs, activities) of each call a profile annotated with ``label``, in order: the
     device activities whose launch (the runtime call of the same correlation id) the host made
-    inside the annotation. ``events`` are torch.profiler FunctionEvents."""
+    inside the annotation. An activity whose launch the profiler did not record (Kineto keeps no
+    ``cuLaunchCooperativeKernel``) is the call's that the host made after the last activity it
+    launched outside every call and that ran before it (the hold before each call): a stream runs
+    its work in launch order. ``events`` are torch.profiler FunctionEvents."""
     events = list(events)
     on_host = [e for e in events if e.device_type.name == "CPU"]
     calls = sorted((e.time_range.start, e.time_range.end) for e in on_host if e.name == label)
     launched_at = {e.id: e.time_range.start for e in on_host if _is_launch(e)}
+    on_device = sorted((e for e in events if e.device_type.name != "CPU" and e.name != label),
+                       key=lambda e: e.time_range.start)
     per_call: dict[int, list[Any]] = defaultdict(list)
-    for e in events:
-        if e.device_type.name == "CPU" or e.name == label or e.id not in launched_at:
-            continue
-        at = launched_at[e.id]
-        for index, (start, end) in enumerate(calls):
-            if start <= at <= end:
-                per_call[index].append(e)
+    outside_launched_at = None  # of the last activity launched outside every call, among those run so far
+    for e in on_device:
+        if e.id in launched_at:
+            at = launched_at[e.id]
+            index = next((i for i, (start, end) in enumerate(calls) if start <= at <= end), None)
+            if index is None:
+                outside_launched_at = at
+        else:
+            after = outside_launched_at
+            index = None if after is None else next((i for i, (start, _) in enumerate(calls) if start > after), None)
+        if index is not None:
+            per_call[index].append(e)
     return [(max(e.time_range.end for e in per_call[i]) - min(e.time_range.start for e in per_call[i]), len(per_call[i]))
             for i in range(len(calls)) if per_call[i]]
 

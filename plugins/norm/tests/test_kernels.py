@@ -608,6 +608,24 @@ def test_every_cooperative_power_iteration_passes_the_gate_on_the_gpu():
 
 
 @pytest.mark.gpu
+def test_a_cooperative_launch_has_a_kernel_time_in_both_regimes():
+    """TileLang launches a grid-synchronized kernel with cuLaunchCooperativeKernel, a launch the
+    profiler does not record: npuops run --kernel-time still finds its one kernel, eager and
+    replayed, no longer than the event time."""
+    from npuops.timing import TimingOptions, kernel_time, measure
+    from npuops_norm.spectral_kernel import build_power_iteration
+
+    device, shape = REGISTRY.device("cuda"), (1024, 2048)
+    weight, u = torch.randn(shape, device="cuda").bfloat16(), torch.randn(shape[0], device="cuda").bfloat16()
+    power_iteration = build_power_iteration(shape, torch.bfloat16, 1e-12, weight.device, threads=512, column_slabs=True)
+    for regime in ("eager", "graph"):
+        kernels = kernel_time(lambda: power_iteration(weight, u, None), device, regime)
+        assert kernels.activities == 1, f"{regime}: {kernels.activities} activities"
+        assert 0 < kernels.median_ms <= measure(lambda: power_iteration(weight, u, None), device, regime,
+                                                TimingOptions(budget_s=0.2)).median_ms
+
+
+@pytest.mark.gpu
 def test_every_column_slab_power_iteration_passes_the_gate_on_the_gpu():
     """The power iteration in column slabs, on the catalog's prefill workloads and shapes whose
     slabs are narrow (1024 x 2048: 2 lanes a row) or not a power-of-two count (3072 x 6144: 96
