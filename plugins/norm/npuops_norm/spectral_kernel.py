@@ -536,12 +536,15 @@ def column_slabs_fit(rows: int, cols: int, itemsize: int, threads: int, sms: int
 
 
 # Steps held in registers, for each dtype and threads count, in the order tuning tries them. 512
-# threads with 4 first: it led 0 on the three rows where they differ in h200-s23-spectral-slab-probe
-# (16384 wide bf16 48.34 against 48.78 µs). The most that no catalog shape spills (ptxas -v): bf16
-# 6 at 512 threads and 24 at 256, f16 12 and 32, whose conversion to f32 takes fewer registers
-# than bf16's (the sources differ only in the type). 8192 wide, 5 steps hold at 512 threads all
-# that shared memory does not. Wider options spill on shapes of other lanes (3072 x 6144: bf16 at 512
-# threads from 6, f16 from 8): slower there, never wrong, and tuning measures them.
+# threads with 4 first, the default, which spills on no shape tried: it led 0 on the three rows
+# where they differ in h200-s23-spectral-slab-probe (16384 wide bf16 48.34 against 48.78 µs). The
+# most that no catalog shape spills (ptxas -v): bf16 6 at 512 threads and 24 at 256, f16 12 and
+# 32, whose conversion to f32 takes fewer registers than bf16's (the sources differ only in the
+# type). 8192 wide, 5 steps hold at 512 threads all that shared memory does not. In
+# h200-s24a-spectral-141937b's tunings 16384 wide f16 ran 45.47 µs with 8 against 47.90 with 4,
+# bf16 47.71 with 6 against 48.21, 8192 wide bf16 25.57 with 5 against 25.81. The wider options
+# spill on shapes of other lanes (3072 x 6144: bf16 at 512 threads from 6, f16 from 8): slower
+# there, never wrong, and tuning measures them.
 COLUMN_SLAB_REGISTER_STEPS = {
     torch.bfloat16: {512: (4, 6, 0), 256: (0, 16, 24)},
     torch.float16: {512: (4, 12, 8, 0), 256: (0, 16, 24, 32)},
