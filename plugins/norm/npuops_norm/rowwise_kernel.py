@@ -81,6 +81,7 @@ WIDE_ROW_BLOCKS_PER_SM = 4
 # RMSNormQuant's, whose weight loads with the row, 1.7% (9.57 -> 9.73).
 PIPELINED_ROW = 4096
 PIPELINED_BLOCKS_PER_SM = 4
+PIPELINE_SPARE_REGISTERS = 32  # a thread's registers besides its two rows
 
 
 def elements_per_thread(spec: RowNorm, rows: int, hidden: int) -> int:
@@ -255,16 +256,20 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
             variants += [{"threads": threads, "min_blocks": blocks, "staged": True} for blocks in sorted(asked)
                          if 1 < blocks <= fit and blocks * threads * REGISTER_CAPS[-1] <= REGISTERS_PER_SM]
     if rows > ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM and pipelinable(spec):
-        # The plain register launches, pipelined, where the two rows a thread holds take at most half
-        # its registers. They won 14 of h200-s20e-norm-abbccac's 109 tunings: 13 of 2048 x 4096
-        # (LayerNorm 12.03 -> 11.36 µs) and RMSNormQuant 2048 x 16384 f16 (27.87 -> 27.30); on wider
-        # rows they lost by up to 6.5% (h200-s20d: LayerNormQuant 2048 x 8192 17.12 against 18.21),
-        # the barrier after each row, and where the rows took more registers they spilled (RMSNorm
-        # 2048 x 16384 f16 at 256 threads x 4: 152.67 µs).
+        # The plain register launches, pipelined, where the two rows a thread holds leave it
+        # PIPELINE_SPARE_REGISTERS of its share. They won 14 of h200-s20e-norm-abbccac's 109
+        # tunings: 13 of 2048 x 4096 (LayerNorm 12.03 -> 11.36 µs) and RMSNormQuant 2048 x 16384 f16
+        # (27.87 -> 27.30); on wider rows they lost by up to 6.5% at two blocks an SM (h200-s20d:
+        # LayerNormQuant 2048 x 8192 17.12 against 18.21), the barrier after each row, and where the
+        # rows took more registers they spilled (RMSNorm 2048 x 16384 f16 at 256 threads x 4:
+        # 152.67 µs). Rows held in f32 at 128 registers a thread (LayerNorm(Quant) 8192 wide at
+        # 128 threads x 4, 16384 wide at 256 x 2) hold both rows without spilling (ptxas -v); at 32
+        # or 64 registers the rest of the kernel's state spilled (1024 threads, 16384 wide: 34.0 to
+        # 66.96 µs in h200-s23a against 26.8 to 32.5 for the fastest).
         def rows_fit(threads: int, blocks: int) -> bool:
             share = hidden // threads
             held = share * (4 if holds_f32(spec, rows) else dtype.itemsize) + share * dtype.itemsize  # bytes
-            return held // 4 <= REGISTERS_PER_SM // (threads * blocks) // 2
+            return held // 4 + PIPELINE_SPARE_REGISTERS <= REGISTERS_PER_SM // (threads * blocks)
         variants += [{**config, "pipelined": True} for config in variants if set(config) == {"threads", "min_blocks"}
                      and config["min_blocks"] in (2, 4) and hidden % config["threads"] == 0
                      and rows_fit(config["threads"], config["min_blocks"])]

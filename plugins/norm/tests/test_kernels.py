@@ -483,9 +483,11 @@ def test_rows_beyond_two_blocks_an_sm_offer_pipelined_launches():
     for spec, shape in [(LAYER_NORM, (256, 8192)), (FUSED_ADD_RMS, (2048, 8192)), (LAYER_NORM, (2048, 1000)),
                         (RowNorm("rms", 1e-6, weight="w", groups=8), (2048, 4096))]:
         assert not any(v.get("pipelined") for v in launch_variants(spec, shape, torch.bfloat16))
-    # Two rows of 64 elements a thread fill a 64-register budget (256 threads x 4 spilled): not offered.
+    # Two rows of 64 elements a thread fill a 64-register budget (256 threads x 4 spilled), two of 16
+    # leave too little of 32 (1024 threads): not offered. Two rows held in f32 at 128 registers are.
     wide = {(v["threads"], v["min_blocks"]) for v in launch_variants(RMS, (2048, 16384), torch.float16) if v.get("pipelined")}
-    assert (256, 2) in wide and (256, 4) not in wide
+    assert (256, 2) in wide and (256, 4) not in wide and (1024, 2) not in wide
+    assert {(128, 4), (128, 2)} <= {(v["threads"], v["min_blocks"]) for v in pipelined}
     kernel = rowwise_kernel(LAYER_NORM_QUANT, (2048, 8192), torch.bfloat16, threads=128, min_blocks=4, pipelined=True)
     source = compile_kernel(kernel.prim_func, arch="sm_90").get_kernel_source()
     grid = H200_SMS * 4
