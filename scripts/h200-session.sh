@@ -11,6 +11,8 @@
 # .devkit comes from ../shared/devkit/pack-tilelang; .whl from scripts/pack-wheels.sh (liger-kernel);
 # .kcache (optional: carry it too where the tree, .devkit and it fit the device's 64 MiB) from
 # scripts/warm-kernel-cache.py: the catalog's kernels precompiled; without it they compile there (16 jobs).
+# It leaves six files in $OUT (calibrate.log, RESULTS.jsonl / .md / .html, the worker logs, gpu-tests.log);
+# the device tool returns eight a call, so a second run in the same call must clear or bundle the first's.
 set -uo pipefail
 name=$1; shift
 export PYTHONUNBUFFERED=1 TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tilelang-cache}
