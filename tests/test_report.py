@@ -149,3 +149,28 @@ def test_kernel_times_shown_beside_device_times_where_recorded(capsys, tmp_path)
     assert "| 23.3% (kernels 55.6%) |" in md
     assert by["ours_kernel"]["sol_pct"] == pytest.approx(100 / 4.3)
     assert by["ours_kernel"]["kernel_sol_pct"] == pytest.approx(100 / 1.8) and by["torch_eager"]["kernel_sol_pct"] is None
+
+
+def test_ratios_by_kernel_time_only_where_ours_and_every_alternative_have_one(capsys, tmp_path):
+    """A workload whose alternatives all have kernel times gets the kernel-time ratio beside the
+    event-time one, and an op whose workloads all do gets its geomean and rows behind by kernel time
+    too; an alternative without one (its profiler saw nothing) leaves the workload without it."""
+    path = tmp_path / "k.jsonl"
+
+    def kernels(us):
+        return {"median_ms": us / 1e3, "min_ms": us / 1e3, "activities": 1, "n": 20}
+
+    with ResultsWriter(path) as w:
+        w.append({"record": "env", "run_id": "r1", "device": {"device": "cuda"}, "limits": LIMITS})
+        w.append(row("ours_kernel", "ours", "eager", 0.0043, kernel_time=kernels(1.8)))
+        w.append(row("liger", "open-source", "eager", 0.0045, kernel_time=kernels(2.1)))
+        w.append(row("torch_eager", "torch_eager", "eager", 0.02))  # no kernel time
+        w.append(row("ours_kernel", "ours", "graph", 0.0040, kernel_time=kernels(2.0)))
+        w.append(row("liger", "open-source", "graph", 0.0038, kernel_time=kernels(2.5)))
+    md = report(capsys, path, "markdown")
+    # graph: behind by event time (3.8 against 4.0), ahead by kernel time (2.5 against 2.0)
+    assert "| 0.95× (kernels 1.25×) |" in md and "| 1 (kernels 0) |" in md
+    assert "| 1.05× |" in md  # eager: torch_eager has no kernel time
+    by = {(r["impl"], r["regime"]): r for r in json.loads(report(capsys, path, "json"))}
+    assert by[("ours_kernel", "graph")]["kernel_ratio"] == pytest.approx(1.25)
+    assert by[("ours_kernel", "eager")]["kernel_ratio"] is None and by[("liger", "graph")]["kernel_ratio"] is None

@@ -42,6 +42,7 @@ class Entry:
     ours: dict[str, Any] | None = None
     best_alt: dict[str, Any] | None = None
     ratio: float | None = None
+    kernel_ratio: float | None = None  # the same comparison by kernel time, where every row has one
     subject: dict[str, Any] | None = None  # the row whose throughput/SOL is shown
     metrics: dict[str, Any] = field(default_factory=dict)
 
@@ -81,6 +82,16 @@ def fastest_alternative(rows: list[dict[str, Any]], ours: dict[str, Any] | None)
     return min(alts, key=_median) if alts else None
 
 
+def kernel_ratio(rows: list[dict[str, Any]], ours: dict[str, Any]) -> float | None:
+    """The fastest alternative's kernel time over ours' (alternatives of ours' run), where ours and
+    every alternative have one: a ratio that skipped an alternative would flatter ours."""
+    alts = [r for r in _ok(rows) if r["tier"] != "ours" and r.get("run_id") == ours.get("run_id")]
+    times = [kernel_ms(r) for r in alts]
+    if not alts or kernel_ms(ours) is None or None in times:
+        return None
+    return min(times) / kernel_ms(ours)
+
+
 def build_entries(results: Results) -> list[Entry]:
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for row in results.rows:
@@ -96,6 +107,7 @@ def build_entries(results: Results) -> list[Entry]:
         entry.best_alt = fastest_alternative(rows, entry.ours)
         if entry.ours and entry.best_alt:
             entry.ratio = _median(entry.best_alt) / _median(entry.ours)
+            entry.kernel_ratio = kernel_ratio(rows, entry.ours)
         entry.subject = entry.ours or entry.best_alt
         if entry.subject:
             entry.metrics = row_metrics(entry.subject, entry.limits)
@@ -116,6 +128,9 @@ class OpSummary:
     slowest: Entry  # the workload with the lowest ratio
     behind: int  # workloads where ours is slower than the fastest alternative
     geomean_sol_pct: float | None
+    # by kernel time, where every workload has a kernel ratio
+    kernel_geomean_ratio: float | None = None
+    kernel_behind: int | None = None
 
 
 def _geomean(values: list[float]) -> float:
@@ -130,9 +145,13 @@ def summarize(entries: list[Entry]) -> list[OpSummary]:
     summaries = []
     for (family, op, regime), group in groups.items():
         sols = [e.metrics["sol_pct"] for e in group if e.metrics.get("sol_pct")]
+        kernel_ratios = [e.kernel_ratio for e in group]
+        by_kernels = None not in kernel_ratios
         summaries.append(OpSummary(family, op, regime, len(group), _geomean([e.ratio for e in group]),
                                    min(group, key=lambda e: e.ratio), sum(e.ratio < 1 for e in group),
-                                   _geomean(sols) if sols else None))
+                                   _geomean(sols) if sols else None,
+                                   _geomean(kernel_ratios) if by_kernels else None,
+                                   sum(r < 1 for r in kernel_ratios) if by_kernels else None))
     return summaries
 
 
@@ -142,7 +161,18 @@ SUMMARY_HEADERS = ("Op", "Regime", "Workloads", "Geomean ratio", "Slowest (ratio
 def summary_cells(s: OpSummary) -> list[str]:
     slowest = f"{s.slowest.workload} {s.slowest.label} {s.slowest.dtype} ({fmt_ratio(s.slowest.ratio)})"
     sol = "·" if s.geomean_sol_pct is None else f"{s.geomean_sol_pct:.1f}%"
-    return [f"{s.family} · {s.op}", s.regime, str(s.workloads), fmt_ratio(s.geomean_ratio), slowest, str(s.behind), sol]
+    ratio = fmt_ratio(s.geomean_ratio) + _kernels_suffix(fmt_ratio(s.kernel_geomean_ratio), s.kernel_geomean_ratio)
+    behind = str(s.behind) + _kernels_suffix(str(s.kernel_behind), s.kernel_behind)
+    return [f"{s.family} · {s.op}", s.regime, str(s.workloads), ratio, slowest, behind, sol]
+
+
+def _kernels_suffix(text: str, value: Any) -> str:
+    return "" if value is None else f" (kernels {text})"
+
+
+def ratio_text(e: Entry) -> str:
+    """Ours against the fastest alternative, and by kernel time where every row has one."""
+    return fmt_ratio(e.ratio) + _kernels_suffix(fmt_ratio(e.kernel_ratio), e.kernel_ratio)
 
 
 def _workload_order(wid: str) -> tuple:
@@ -157,14 +187,15 @@ def json_records(results: Results) -> list[dict[str, Any]]:
         for row in e.rows:
             ok = row["status"] == "ok"
             metrics = row_metrics(row, e.limits) if ok else {}
-            ratio = None
+            ratio = by_kernels = None
             if ok and row["tier"] == "ours":
                 best = fastest_alternative(e.rows, row)
                 ratio = _median(best) / _median(row) if best else None
+                by_kernels = kernel_ratio(e.rows, row)
             records.append({
                 "family": e.family, "op": e.op, "workload": e.workload, "impl": row["impl"],
                 "tier": row["tier"], "regime": e.regime, "status": row["status"],
-                "median_ms": _median(row) if ok else None, "kernel_ms": kernel_ms(row) if ok else None, "ratio": ratio,
+                "median_ms": _median(row) if ok else None, "kernel_ms": kernel_ms(row) if ok else None, "ratio": ratio, "kernel_ratio": by_kernels,
                 "sol_pct": metrics.get("sol_pct"), "kernel_sol_pct": metrics.get("kernel_sol_pct"),
                 "bound": metrics.get("bound"),
                 "label": e.label, "dtype": e.dtype, "device": row["device"],
@@ -260,7 +291,8 @@ def _env_lines(results: Results) -> list[str]:
 
 FOOTNOTE = "† no implementation of ours yet: throughput and SOL of the fastest alternative."
 KERNELS_NOTE = ("(kernels t): the call's device activity alone, as the profiler reports it (npuops run --kernel-time); "
-                "SOL (kernels p%): the same limit against that time.")
+                "SOL (kernels p%): the same limit against that time; ratios and the summary (kernels ...): the same "
+                "comparison by kernel time, where ours and every alternative have one.")
 
 
 def footnote(entries: list[Entry]) -> str:
@@ -298,7 +330,7 @@ def render_terminal(results: Results, console: Any) -> None:
             table.add_column(h, overflow="fold")
         for e in entries:
             style = colors[ratio_class(e.ratio)]
-            ratio = f"[{style}]{fmt_ratio(e.ratio)}[/{style}]" if style else fmt_ratio(e.ratio)
+            ratio = f"[{style}]{ratio_text(e)}[/{style}]" if style else ratio_text(e)
             alts = "\n".join(f"{n}: {t}" for n, t in alternative_cells(e))
             table.add_row(f"{e.workload} {e.label} {e.dtype}", ratio, ours_text(e), alts, throughput_text(e),
                           sol_text(e), e.metrics.get("bound") or "·")
@@ -324,7 +356,7 @@ def render_markdown(results: Results) -> str:
         out.write("| " + " | ".join(HEADERS) + " |\n|" + "---|" * len(HEADERS) + "\n")
         for e in entries:
             alts = "<br>".join(f"{n}: {t}".replace("|", "\\|") for n, t in alternative_cells(e))
-            cells = [f"{e.workload} {e.label} {e.dtype}", fmt_ratio(e.ratio), ours_text(e), alts,
+            cells = [f"{e.workload} {e.label} {e.dtype}", ratio_text(e), ours_text(e), alts,
                      throughput_text(e), sol_text(e), e.metrics.get("bound") or "·"]
             out.write("| " + " | ".join(cells) + " |\n")
     return out.getvalue()
@@ -384,7 +416,7 @@ def render_html(results: Results) -> str:
             alts = "<br>".join(f"{esc(n)}: {esc(t)}" for n, t in alternative_cells(e))
             parts.append(
                 f"<tr><td>{esc(e.workload)} {esc(e.label)} {esc(e.dtype)}</td>"
-                f"<td class='num {ratio_class(e.ratio)}'>{esc(fmt_ratio(e.ratio))}</td>"
+                f"<td class='num {ratio_class(e.ratio)}'>{esc(ratio_text(e))}</td>"
                 f"<td class='num'>{esc(ours_text(e))}</td><td class='alt'>{alts}</td>"
                 f"<td class='num'>{esc(throughput_text(e))}</td><td class='num'>{esc(sol_text(e))}</td>"
                 f"<td>{esc(e.metrics.get('bound') or '·')}</td></tr>")
