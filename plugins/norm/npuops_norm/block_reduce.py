@@ -10,7 +10,10 @@ memory: one barrier. That needs each thread's elements known, so the row is laid
 A row may also be split over a thread-block cluster (sm_90): each block of the cluster holds a
 slice, reduces it as above, then stores its result into every block's shared memory (distributed
 shared memory) and meets the others at one cluster barrier. A decode row's loads and stores then
-spread over several SMs instead of queueing on one (:func:`cluster_split`).
+spread over several SMs instead of queueing on one (:func:`cluster_split`). With
+``exchange_barriers`` the blocks send their results with ``st.async``, each completing bytes of the
+receiver's mbarrier for that reduction, and each block waits for its own barrier alone, not for
+every block to arrive (QuACK's cluster reduction).
 
 TileLang is imported when a kernel is built.
 """
@@ -94,43 +97,116 @@ __device__ __forceinline__ void npuops_store_to_cluster_rank(float* local, int r
 """
 
 
+# With exchange_barriers: the mbarrier of each reduction (init by thread 0, then a fence that
+# releases the init to the cluster, before the cluster's start barrier), the bytes it expects, a
+# result sent into another block's shared memory completing bytes of that block's barrier, and the
+# wait for a barrier's first phase (each reduction's barrier is used once).
+EXCHANGE_BARRIERS = r"""
+__device__ __forceinline__ unsigned npuops_shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void npuops_init_exchange_barrier(void* barrier) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(npuops_shared_address(barrier)) : "memory");
+}
+__device__ __forceinline__ void npuops_fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void npuops_expect_exchange_bytes(void* barrier, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               :: "r"(npuops_shared_address(barrier)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void npuops_send_to_cluster_rank(float* local, void* barrier, int rank, float value) {
+  unsigned remote, remote_barrier;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(npuops_shared_address(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote_barrier) : "r"(npuops_shared_address(barrier)), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+               :: "r"(remote), "f"(value), "r"(remote_barrier) : "memory");
+}
+__device__ __forceinline__ void npuops_wait_exchange(void* barrier) {
+  asm volatile("{\n.reg .pred done;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+               "@!done bra WAIT;\n}" :: "r"(npuops_shared_address(barrier)) : "memory");
+}
+"""
+
+
 def warp_slot(slot: int, w, cluster: int) -> tuple:
     """Where warp w's result of reduction ``slot`` goes in the exchange (:func:`exchange_slots`)."""
     return (slot, 0, w) if cluster > 1 else (slot, w)
 
 
-def exchange_slots(slots: int, threads: int, cluster: int = 1):
+def exchange_slots(slots: int, threads: int, cluster: int = 1, barriers: bool = False):
     """Shared memory for ``slots`` reductions of one kernel: each reduction a slot of its own, since
     reusing one would need a barrier before the next reduction's writes. In a cluster, each slot
     also holds the cluster's block results, in the same buffer: separate buffers could share an
-    address (TileLang's planner does not see the other blocks' writes)."""
+    address (TileLang's planner does not see the other blocks' writes); with ``barriers``, and its
+    mbarrier (8 bytes at ``[slot, 2, 0]``, which the row's even width keeps aligned)."""
     import tilelang.language as T
 
     if cluster == 1:
         return T.alloc_shared((slots, threads // WARP), F32)
-    return T.alloc_shared((slots, 2, max(threads // WARP, cluster)), F32)
+    width = max(threads // WARP, cluster)
+    assert not barriers or width % 2 == 0, "an mbarrier needs 8-byte alignment"
+    return T.alloc_shared((slots, 3 if barriers else 2, width), F32)
 
 
-def cluster_kernel(blocks: int, cluster: int, threads: int, *more_blocks: int, prelude: str = ""):
+def exchange_barrier_initializer(slots: int):
+    """A macro ``init(exchange)``: thread 0 initializes each slot's mbarrier (:func:`exchange_slots`
+    with ``barriers``) and releases the inits to the cluster; the cluster's start barrier
+    (``T.cluster_arrive_relaxed`` after this, ``T.cluster_wait`` before the first reduction) then
+    makes them visible to every block before it sends."""
+    import tilelang.language as T
+
+    @T.macro
+    def init(exchange):
+        if T.get_thread_binding() == 0:
+            for slot in tuple(range(slots)):  # a tuple, which TileLang's builder unrolls
+                T.call_extern("handle", "npuops_init_exchange_barrier", T.address_of(exchange[slot, 2, 0]))
+            T.call_extern("handle", "npuops_fence_barrier_init")
+
+    return init
+
+
+def cluster_kernel(blocks: int, cluster: int, threads: int, *more_blocks: int, prelude: str = "",
+                   barriers: bool = False):
     """The launch frame ``T.Kernel(blocks, *more_blocks)``, or with ``cluster`` > 1 a launch in
     clusters of that many consecutive blocks along x. A cluster kernel's body starts with
     ``T.cluster_arrive_relaxed()`` and calls ``T.cluster_wait()`` once before its first cluster
     reduction (:func:`block_reducer`): every block of the cluster has then started, and its shared
     memory may be written. (A frame, not a context manager of ours: TileLang's builder must see
-    the ``with`` itself.) ``prelude``: device code the kernel's source starts with."""
+    the ``with`` itself.) ``prelude``: device code the kernel's source starts with; ``barriers``:
+    with the helpers of exchanges through mbarriers (``EXCHANGE_BARRIERS``)."""
     import tilelang.language as T
 
     if cluster == 1:
         return T.Kernel(blocks, *more_blocks, threads=threads, prelude=prelude or None)
     return T.ClusterKernel(blocks, *more_blocks, threads=threads, cluster_dims=(cluster, 1, 1),
-                           prelude=STORE_TO_CLUSTER_RANK + prelude)
+                           prelude=STORE_TO_CLUSTER_RANK + (EXCHANGE_BARRIERS if barriers else "") + prelude)
 
 
-def cluster_sharer(threads: int, cluster: int):
+def cluster_sharer(threads: int, cluster: int, barriers: bool = False):
     """A macro ``share(exchange, results)``: each ``(slot, value)`` of ``results`` (this block's,
     held by every thread) stored into ``exchange[slot, 1, rank]`` of every block of the cluster
-    (rank: this block's), then the cluster's barrier, after which each block holds all of them."""
+    (rank: this block's), then the cluster's barrier, after which each block holds all of them.
+    With ``barriers``, sent with ``st.async`` instead, completing the bytes the first result's slot
+    barrier expects in each block, and each block waits for its own barrier."""
     import tilelang.language as T
+
+    @T.macro
+    def share_through_barriers(exchange, results):
+        rank = T.block_rank_in_cluster()
+        barrier = T.address_of(exchange[results[0][0], 2, 0])
+        for t in T.Parallel(threads):
+            if t == 0:
+                T.call_extern("handle", "npuops_expect_exchange_bytes", barrier, 4 * cluster * len(results))
+            if t < cluster:  # thread t sends to block t
+                for slot, value in results:
+                    T.call_extern("handle", "npuops_send_to_cluster_rank", T.address_of(exchange[slot, 1, rank]),
+                                  barrier, t, value)
+        T.call_extern("handle", "npuops_wait_exchange", barrier)
+
+    if barriers:
+        return share_through_barriers
 
     @T.macro
     def share(exchange, results):
@@ -145,7 +221,8 @@ def cluster_sharer(threads: int, cluster: int):
     return share
 
 
-def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1, groups: int = 1, together: bool = False):
+def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1, groups: int = 1, together: bool = False,
+                  exchange_barriers: bool = False):
     """A macro ``reduce(term, out, kind, exchange, slot)``: ``out[g]`` = the sum (``kind`` "sum") or
     max ("max", of non-negative terms) of ``term(g, j)`` over the ``length`` elements of each of
     ``groups`` groups of a row laid out by :func:`group_major` (one group: :func:`thread_major`);
@@ -154,7 +231,8 @@ def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1, gr
     ``cluster`` > 1 the row (one group) is split over the blocks of a cluster
     (:func:`cluster_kernel`), ``length`` elements each, and the result is the whole row's. With
     ``together``, the macro ``reduce(reductions, exchange)`` instead: several ``(term, out, kind,
-    slot)`` at once, behind one barrier (and one cluster barrier)."""
+    slot)`` at once, behind one barrier (and one cluster barrier). ``exchange_barriers``: the
+    cluster's results meet through mbarriers (:func:`cluster_sharer`)."""
     import tilelang.language as T
 
     assert groups == 1 or (cluster == 1 and reduces_groups(groups, threads, length))
@@ -165,7 +243,7 @@ def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1, gr
     vectors_per_thread = length // (lanes * vec)
     warps = max(lanes // WARP, 1)  # of a group
 
-    share = cluster_sharer(threads, cluster)
+    share = cluster_sharer(threads, cluster, exchange_barriers)
 
     @T.macro
     def reduce_together(reductions, exchange):
@@ -206,14 +284,15 @@ def block_reducer(threads: int, length: int, itemsize: int, cluster: int = 1, gr
     return reduce_together if together else reduce
 
 
-def moments_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
+def moments_reducer(threads: int, length: int, itemsize: int, cluster: int = 1, exchange_barriers: bool = False):
     """A macro ``reduce(value, mean, m2, exchange)``: ``mean[0]`` and ``m2[0]`` = the mean and the
     sum of squared deviations of ``value(j)`` over a row laid out as for :func:`block_reducer`
     (the whole row's, with ``cluster``), in one barrier (and one cluster barrier) where a mean
     then a centered sum would take two. Each thread takes its elements' moments exactly (two
     passes over its registers); equal-sized parts then merge pairwise by Chan et al.'s update
     (mean += delta/2, m2 += m2' + delta² n/2), as stable as the two-pass form. Uses the
-    exchange's slots 0 and 1. Every element must count: no masked tail."""
+    exchange's slots 0 and 1. Every element must count: no masked tail. ``exchange_barriers``: as
+    :func:`block_reducer`'s."""
     import tilelang.language as T
 
     vec = vector_elements(length, threads, itemsize)
@@ -238,7 +317,7 @@ def moments_reducer(threads: int, length: int, itemsize: int, cluster: int = 1):
         mean[i] = mean[i] + delta[i] * mean_weight
         m2[i] = m2[i] + other_m2 + delta[i] * delta[i] * square_weight
 
-    share = cluster_sharer(threads, cluster)
+    share = cluster_sharer(threads, cluster, exchange_barriers)
 
     @T.macro
     def reduce(value, mean, m2, exchange):

@@ -20,7 +20,8 @@ import torch
 from npuops.kernels import (EVICT_LAST_LOAD, H200_SMS, VECTOR_BYTES, KernelSpec, load_vectors_evict_last,
                             tilelang_dtype)
 
-from .block_reduce import (block_reducer, cluster_kernel, cluster_split, exchange_slots, group_major, group_values,
+from .block_reduce import (block_reducer, cluster_kernel, cluster_split, exchange_barrier_initializer, exchange_slots,
+                           group_major, group_values,
                            moments_reducer, reduces_groups, vector_elements)
 
 F32 = "float32"
@@ -292,11 +293,16 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
                      and not held_in_f32(spec, rows, config.get("f32_row"), chunked=config.get("chunked", False))
                      and evict_lastable(spec, hidden, config["threads"], dtype.itemsize)]
     split = row_cluster(spec, shape, dtype)
-    if split:  # the rule's cluster first, then twice the threads, then half the blocks
+    if split:
+        # The rule's cluster first, then twice the threads, then half the blocks; then each with its
+        # blocks' results exchanged through mbarriers, not measured yet (the decode rows of two
+        # cluster reductions, LayerNormQuant's, took 2.56-2.66 µs of kernel time against RMSNormQuant's
+        # one, 1.98, in h200-s23-spectral-slab-probe's cupti.log).
         blocks, threads = split
-        variants = [{"threads": threads, "min_blocks": 1, "cluster": blocks},
-                    {"threads": threads * 2, "min_blocks": 1, "cluster": blocks},
-                    {"threads": threads * 2, "min_blocks": 1, "cluster": blocks // 2}, *variants]
+        clustered = [{"threads": threads, "min_blocks": 1, "cluster": blocks},
+                     {"threads": threads * 2, "min_blocks": 1, "cluster": blocks},
+                     {"threads": threads * 2, "min_blocks": 1, "cluster": blocks // 2}]
+        variants = [*clustered, *({**config, "exchange_barriers": True} for config in clustered), *variants]
     if pipelines(spec, rows, hidden):  # the rule's launch first (unpadded: its threads divide the row)
         rule = {"threads": variants[0]["threads"], "min_blocks": PIPELINED_BLOCKS_PER_SM, "pipelined": True}
         variants = [rule, *(v for v in variants if v != rule)]
@@ -348,7 +354,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                    threads: int | None = None, min_blocks: int | None = None, prefetch: bool | None = None,
                    tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True,
                    staged: bool = False, chunked: bool = False, f32_row: bool | None = None,
-                   pipelined: bool | None = None, evict_last: bool | None = None) -> KernelSpec:
+                   pipelined: bool | None = None, evict_last: bool | None = None,
+                   exchange_barriers: bool = False) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
@@ -365,7 +372,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     launches ``min_blocks`` blocks an SM, each taking every so many rows, the next row's loads issued
     before this row's reductions (:func:`pipelinable`; by default for the rule's launch as
     :func:`pipelines` says); ``evict_last`` loads the row (and its residual) with the L2 hint of
-    ``npuops.kernels.EVICT_LAST_LOAD`` (:func:`evict_lastable`; by default as :func:`evicts_last` says)."""
+    ``npuops.kernels.EVICT_LAST_LOAD`` (:func:`evict_lastable`; by default as :func:`evicts_last` says);
+    ``exchange_barriers`` has a cluster's blocks exchange their reductions' results through an
+    mbarrier each rather than a cluster barrier each (block_reduce.cluster_sharer)."""
     import tilelang.language as T
 
     rule_launch = threads is None and min_blocks is None
@@ -416,6 +425,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     if cluster > 1 and (not plain or hidden % cluster or masked):
         raise ValueError(f"a row split over {cluster} blocks needs one group and slices the {threads} threads of a "
                          f"block share evenly, got rows {hidden} wide in {G} groups")
+    if exchange_barriers and cluster == 1:
+        raise ValueError("exchange barriers are for rows split over a cluster, got one block a row")
     m = padded // G  # per-group length held in registers; the tail past n (if any) is masked
     lanes = threads // G  # threads a group
     lane_vector = vector_elements(m, lanes, dtype.itemsize)  # elements of one of a thread's vectors
@@ -541,14 +552,17 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             return T.abs(weighted(value(raw, g, j), W, g, j))
         return term
 
-    reduce_own = block_reducer(threads, m, dtype.itemsize, cluster, G) if own_reducer else None
+    reduce_own = block_reducer(threads, m, dtype.itemsize, cluster, G, exchange_barriers=exchange_barriers) \
+        if own_reducer else None
     absmax_with_statistic = own_reducer and prefetch and absmax_joins_statistic(spec)
-    reduce_together = block_reducer(threads, m, dtype.itemsize, cluster, G, together=True) if absmax_with_statistic else None
+    reduce_together = block_reducer(threads, m, dtype.itemsize, cluster, G, together=True,
+                                    exchange_barriers=exchange_barriers) if absmax_with_statistic else None
     welford = welford and plain and not masked and spec.stat == "meanvar"
-    reduce_moments = moments_reducer(threads, m, dtype.itemsize, cluster) if welford else None
+    reduce_moments = moments_reducer(threads, m, dtype.itemsize, cluster, exchange_barriers) if welford else None
     # A row's reductions, each with an exchange slot of its own (Welford's takes the first two).
     slots = {name: i for i, name in enumerate(
         [*(["mean"] if spec.stat == "meanvar" else []), "statistic", *(["absmax"] if spec.quant_min_scale is not None else [])])}
+    init_exchange_barriers = exchange_barrier_initializer(len(slots)) if exchange_barriers else None
 
     @T.macro
     def reduce_row(term, out, kind, exchange, slot):
@@ -572,7 +586,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         # rows are in flight per SM (the bound on these memory-bound kernels); f32_row trades that
         # for one conversion per element.
         raw = T.alloc_shared((G, m), dt) if staged else row_fragment(F32 if f32_row else dt)
-        exchange = exchange_slots(len(slots), threads, cluster) if own_reducer else None
+        exchange = exchange_slots(len(slots), threads, cluster, exchange_barriers) if own_reducer else None
+        if cluster > 1:  # the barriers' inits (if any) go before the cluster's start barrier
+            if exchange_barriers:
+                init_exchange_barriers(exchange)
+            T.cluster_arrive_relaxed()
         stat = group_fragment()
         mean = group_fragment()
         if staged:
@@ -728,13 +746,13 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             else:
                 Y = arg("y", row_shape)
         with cluster_kernel(grid * cluster, cluster, threads, 2 if spec.pair else 1,
-                            prelude=(COMPILER_FENCE if chunked else "") + (EVICT_LAST_LOAD if evict_last else "")) as (block, which):
+                            prelude=(COMPILER_FENCE if chunked else "") + (EVICT_LAST_LOAD if evict_last else ""),
+                            barriers=exchange_barriers) as (block, which):
             if chunked:  # loads of restrict (read-only) operands would move across the fence
                 T.annotate_restrict_buffers(*(V for V in (W, B, Shift, Scale) if V is not None))
             row = block // cluster if cluster > 1 else block
             if cluster > 1:
                 slice_start["column"] = block % cluster * span
-                T.cluster_arrive_relaxed()
             if min_blocks > 1:
                 T.annotate_min_blocks_per_sm(min_blocks)
             if spec.pair:
@@ -773,4 +791,4 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "padded_to": padded,
                        "masked": masked, "prefetch": prefetch, "warp_reduce": own_reducer, "cluster": cluster,
                        "welford": welford, "staged": staged, "chunked": chunked, "f32_row": f32_row,
-                       "pipelined": pipelined, "evict_last": evict_last})
+                       "pipelined": pipelined, "evict_last": evict_last, "exchange_barriers": exchange_barriers})

@@ -346,6 +346,34 @@ def test_layer_norm_takes_mean_and_variance_in_one_reduction(welford, barriers):
     assert source.count("__shfl_xor_sync") == (10 if welford else 0)
 
 
+@pytest.mark.parametrize("quantized", [False, True])
+def test_cluster_rows_may_exchange_through_mbarriers(quantized):
+    """The exchange_barriers variants of a cluster row: thread 0 initializes an mbarrier a
+    reduction and releases the inits before the cluster's start barrier; each reduction then sends
+    its results with st.async, completing the bytes the receiver's barrier expects (4 a value and
+    block), and waits on its own barrier: no cluster barrier after the start one."""
+    from npuops_norm.rowwise_kernel import RowNorm, launch_variants, rowwise_kernel
+
+    spec = RowNorm("meanvar", 1e-5, weight="w", bias=True, quant_min_scale=1e-7 if quantized else None)
+    variants = launch_variants(spec, (1, 16384), torch.bfloat16)
+    clustered = [v for v in variants if v.get("cluster", 1) > 1]
+    assert [v for v in clustered if v.get("exchange_barriers")] == [{**v, "exchange_barriers": True}
+                                                                     for v in clustered[:3]]
+    kernel = rowwise_kernel(spec, (1, 16384), torch.bfloat16, threads=128, min_blocks=1, cluster=8, exchange_barriers=True)
+    body = compile_kernel(kernel.prim_func, arch="sm_90").get_kernel_source()
+    body = body[body.index("__launch_bounds__(128, 1)"):]
+    reductions = 2 if quantized else 1  # the moments, then max|y|
+    assert body.count("npuops_init_exchange_barrier(") == 2 + quantized  # a barrier a slot
+    assert body.index("npuops_fence_barrier_init()") < body.index("tl::cluster_arrive_relaxed()")
+    assert body.count("tl::cluster_arrive_relaxed()") == body.count("tl::cluster_wait()") == 1
+    assert "cluster_sync" not in body and "npuops_store_to_cluster_rank(" not in body
+    assert body.count("npuops_wait_exchange(") == body.count("npuops_expect_exchange_bytes(") == reductions
+    assert "npuops_expect_exchange_bytes(barrier, 64)" in body  # mean and m2 from 8 blocks
+    assert body.count("npuops_send_to_cluster_rank(") == 2 + quantized
+    with pytest.raises(ValueError, match="exchange barriers are for rows split over a cluster"):
+        rowwise_kernel(spec, (2048, 16384), torch.bfloat16, exchange_barriers=True)
+
+
 def test_cluster_split_needs_plain_rows_of_whole_vectors():
     from npuops_norm.rowwise_kernel import RowNorm, launch_variants, rowwise_kernel
 
