@@ -170,8 +170,9 @@ def exchange_barrier_initializer(slots: int):
 def cluster_kernel(blocks: int, cluster: int, threads: int, *more_blocks: int, prelude: str = "",
                    barriers: bool = False):
     """The launch frame ``T.Kernel(blocks, *more_blocks)``, or with ``cluster`` > 1 a launch in
-    clusters of that many consecutive blocks along x. A cluster kernel's body starts with
-    ``T.cluster_arrive_relaxed()`` and calls ``T.cluster_wait()`` once before its first cluster
+    clusters of that many consecutive blocks along x. A cluster kernel calls
+    ``T.cluster_arrive_relaxed()`` first (after initializing its exchange barriers, if any:
+    :func:`exchange_barrier_initializer`) and ``T.cluster_wait()`` once before its first cluster
     reduction (:func:`block_reducer`): every block of the cluster has then started, and its shared
     memory may be written. (A frame, not a context manager of ours: TileLang's builder must see
     the ``with`` itself.) ``prelude``: device code the kernel's source starts with; ``barriers``:

@@ -21,8 +21,7 @@ from npuops.kernels import (EVICT_LAST_LOAD, H200_SMS, VECTOR_BYTES, KernelSpec,
                             tilelang_dtype)
 
 from .block_reduce import (block_reducer, cluster_kernel, cluster_split, exchange_barrier_initializer, exchange_slots,
-                           group_major, group_values,
-                           moments_reducer, reduces_groups, vector_elements)
+                           group_major, group_values, moments_reducer, reduces_groups, vector_elements)
 
 F32 = "float32"
 # A kernel prelude: a fence for the compiler alone (no instruction), which memory accesses do not cross.
