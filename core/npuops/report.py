@@ -167,6 +167,7 @@ def summary_cells(s: OpSummary) -> list[str]:
 
 
 def _kernels_suffix(text: str, value: Any) -> str:
+    """`` (kernels text)`` beside an event-time figure, where its kernel-time ``value`` is known."""
     return "" if value is None else f" (kernels {text})"
 
 
@@ -195,7 +196,8 @@ def json_records(results: Results) -> list[dict[str, Any]]:
             records.append({
                 "family": e.family, "op": e.op, "workload": e.workload, "impl": row["impl"],
                 "tier": row["tier"], "regime": e.regime, "status": row["status"],
-                "median_ms": _median(row) if ok else None, "kernel_ms": kernel_ms(row) if ok else None, "ratio": ratio, "kernel_ratio": by_kernels,
+                "median_ms": _median(row) if ok else None, "kernel_ms": kernel_ms(row) if ok else None,
+                "ratio": ratio, "kernel_ratio": by_kernels,
                 "sol_pct": metrics.get("sol_pct"), "kernel_sol_pct": metrics.get("kernel_sol_pct"),
                 "bound": metrics.get("bound"),
                 "label": e.label, "dtype": e.dtype, "device": row["device"],
@@ -231,7 +233,7 @@ def kernel_ms(row: dict[str, Any]) -> float | None:
 def time_text(row: dict[str, Any]) -> str:
     """The row's median device time, and its kernel time where it has one."""
     kernels = kernel_ms(row)
-    return fmt_ms(_median(row)) + ("" if kernels is None else f" (kernels {fmt_ms(kernels)})")
+    return fmt_ms(_median(row)) + _kernels_suffix(fmt_ms(kernels), kernels)
 
 
 def alternative_cells(e: Entry) -> list[tuple[str, str]]:
@@ -263,7 +265,7 @@ def sol_text(e: Entry) -> str:
     if sol is None:
         return "·"
     kernel_sol = e.metrics.get("kernel_sol_pct")
-    return f"{sol:.1f}%{'' if e.ours else '†'}" + ("" if kernel_sol is None else f" (kernels {kernel_sol:.1f}%)")
+    return f"{sol:.1f}%{'' if e.ours else '†'}" + _kernels_suffix(f"{kernel_sol:.1f}%" if kernel_sol is not None else "", kernel_sol)
 
 
 def ours_text(e: Entry) -> str:
