@@ -17,7 +17,7 @@ import io
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,19 +161,19 @@ SUMMARY_HEADERS = ("Op", "Regime", "Workloads", "Geomean ratio", "Slowest (ratio
 def summary_cells(s: OpSummary) -> list[str]:
     slowest = f"{s.slowest.workload} {s.slowest.label} {s.slowest.dtype} ({fmt_ratio(s.slowest.ratio)})"
     sol = "·" if s.geomean_sol_pct is None else f"{s.geomean_sol_pct:.1f}%"
-    ratio = fmt_ratio(s.geomean_ratio) + _kernels_suffix(fmt_ratio(s.kernel_geomean_ratio), s.kernel_geomean_ratio)
-    behind = str(s.behind) + _kernels_suffix(str(s.kernel_behind), s.kernel_behind)
+    ratio = fmt_ratio(s.geomean_ratio) + _kernels_suffix(s.kernel_geomean_ratio, fmt_ratio)
+    behind = str(s.behind) + _kernels_suffix(s.kernel_behind, str)
     return [f"{s.family} · {s.op}", s.regime, str(s.workloads), ratio, slowest, behind, sol]
 
 
-def _kernels_suffix(text: str, value: Any) -> str:
-    """`` (kernels text)`` beside an event-time figure, where its kernel-time ``value`` is known."""
-    return "" if value is None else f" (kernels {text})"
+def _kernels_suffix(value: Any, fmt: Callable[[Any], str]) -> str:
+    """`` (kernels fmt(value))`` beside an event-time figure, where its kernel-time ``value`` is known."""
+    return "" if value is None else f" (kernels {fmt(value)})"
 
 
 def ratio_text(e: Entry) -> str:
     """Ours against the fastest alternative, and by kernel time where every row has one."""
-    return fmt_ratio(e.ratio) + _kernels_suffix(fmt_ratio(e.kernel_ratio), e.kernel_ratio)
+    return fmt_ratio(e.ratio) + _kernels_suffix(e.kernel_ratio, fmt_ratio)
 
 
 def _workload_order(wid: str) -> tuple:
@@ -233,7 +233,7 @@ def kernel_ms(row: dict[str, Any]) -> float | None:
 def time_text(row: dict[str, Any]) -> str:
     """The row's median device time, and its kernel time where it has one."""
     kernels = kernel_ms(row)
-    return fmt_ms(_median(row)) + _kernels_suffix(fmt_ms(kernels), kernels)
+    return fmt_ms(_median(row)) + _kernels_suffix(kernels, fmt_ms)
 
 
 def alternative_cells(e: Entry) -> list[tuple[str, str]]:
@@ -265,7 +265,7 @@ def sol_text(e: Entry) -> str:
     if sol is None:
         return "·"
     kernel_sol = e.metrics.get("kernel_sol_pct")
-    return f"{sol:.1f}%{'' if e.ours else '†'}" + _kernels_suffix(f"{kernel_sol:.1f}%" if kernel_sol is not None else "", kernel_sol)
+    return f"{sol:.1f}%{'' if e.ours else '†'}" + _kernels_suffix(kernel_sol, "{:.1f}%".format)
 
 
 def ours_text(e: Entry) -> str:
