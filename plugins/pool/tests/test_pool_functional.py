@@ -31,6 +31,27 @@ def test_matches_torch_functional(ours, theirs, shape, args, kwargs, dtype):
     torch.testing.assert_close(ours(x, *args, **kwargs), expected)
 
 
+INDEX_CASES = [
+    (P.max_pool1d_with_indices, F.max_pool1d, (2, 3, 20), (5, 2, 2, 2, True), {}),
+    (P.max_pool2d_with_indices, F.max_pool2d, (2, 3, 12, 13), (3, 2, 1), {}),
+    (P.max_pool2d_with_indices, F.max_pool2d, (1, 2, 9, 9), ([2, 3], 1, 0, 2), {}),
+    (P.max_pool3d_with_indices, F.max_pool3d, (1, 2, 5, 9, 9), (3, 2, 1), {"ceil_mode": True}),
+    (P.adaptive_max_pool2d_with_indices, F.adaptive_max_pool2d, (2, 3, 9, 4), ([4, 4],), {}),
+]
+
+
+@pytest.mark.parametrize("ours, theirs, shape, args, kwargs", INDEX_CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_pools_with_indices_match_return_indices(ours, theirs, shape, args, kwargs, dtype):
+    # Rounded to a few values, so windows hold ties (the first in window order wins), and a NaN.
+    x = torch.randint(-3, 4, shape).to(dtype)
+    x.view(-1)[5] = float("nan")
+    values, indices = ours(x, *args, **kwargs)
+    expected_values, expected_indices = theirs(x.float(), *args, **kwargs, return_indices=True)
+    torch.testing.assert_close(values, expected_values.to(dtype), equal_nan=True)
+    assert indices.dtype == torch.int64 and torch.equal(indices, expected_indices)
+
+
 def test_traces_in_torch_compile():
     def net(x):
         return P.adaptive_avg_pool2d(P.max_pool2d(x, 3, 2, 1), [1, 1])
@@ -42,6 +63,7 @@ def test_traces_in_torch_compile():
 def test_opcheck():
     torch.library.opcheck(P.max_pool2d, (torch.randn(2, 3, 12, 12), [3, 3], [2, 2], [1, 1]))
     torch.library.opcheck(P.avg_pool1d, (torch.randn(2, 3, 17), [3]))
+    torch.library.opcheck(P.max_pool3d_with_indices, (torch.randn(1, 2, 5, 9, 9), [3, 3, 3], [2, 2, 2], [1, 1, 1]))
 
 
 @pytest.mark.parametrize("call, message", [
