@@ -150,9 +150,10 @@ def exchange_slots(slots: int, threads: int, cluster: int = 1, barriers: bool = 
     return T.alloc_shared((slots, 3 if barriers else 2, width), F32)
 
 
-def exchange_barrier_initializer(slots: int):
-    """A macro ``init(exchange)``: thread 0 initializes each slot's mbarrier (:func:`exchange_slots`
-    with ``barriers``) and releases the inits to the cluster; the cluster's start barrier
+def exchange_barrier_initializer(slots: tuple[int, ...]):
+    """A macro ``init(exchange)``: thread 0 initializes the mbarrier of each of ``slots`` (those
+    whose reductions exchange through it: :func:`exchange_slots` with ``barriers``) and releases the
+    inits to the cluster; the cluster's start barrier
     (``T.cluster_arrive_relaxed`` after this, ``T.cluster_wait`` before the first reduction) then
     makes them visible to every block before it sends."""
     import tilelang.language as T
@@ -160,7 +161,7 @@ def exchange_barrier_initializer(slots: int):
     @T.macro
     def init(exchange):
         if T.get_thread_binding() == 0:
-            for slot in tuple(range(slots)):  # a tuple, which TileLang's builder unrolls
+            for slot in slots:  # a tuple, which TileLang's builder unrolls
                 T.call_extern("handle", "npuops_init_exchange_barrier", T.address_of(exchange[slot, 2, 0]))
             T.call_extern("handle", "npuops_fence_barrier_init")
 

@@ -561,7 +561,10 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # A row's reductions, each with an exchange slot of its own (Welford's takes the first two).
     slots = {name: i for i, name in enumerate(
         [*(["mean"] if spec.stat == "meanvar" else []), "statistic", *(["absmax"] if spec.quant_min_scale is not None else [])])}
-    init_exchange_barriers = exchange_barrier_initializer(len(slots)) if exchange_barriers else None
+    # A reduction of two results waits on its first slot's barrier alone (block_reduce.cluster_sharer).
+    barrier_slots = tuple(i for name, i in slots.items()
+                          if not (name == "statistic" and welford) and not (name == "absmax" and absmax_with_statistic))
+    init_exchange_barriers = exchange_barrier_initializer(barrier_slots) if exchange_barriers else None
 
     @T.macro
     def reduce_row(term, out, kind, exchange, slot):
