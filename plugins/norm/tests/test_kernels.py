@@ -349,9 +349,10 @@ def test_layer_norm_takes_mean_and_variance_in_one_reduction(welford, barriers):
 @pytest.mark.parametrize("quantized", [False, True])
 def test_cluster_rows_may_exchange_through_mbarriers(quantized):
     """The exchange_barriers variants of a cluster row: thread 0 initializes an mbarrier a
-    reduction (Welford's mean and m2 wait on one) and releases the inits before the cluster's start barrier; each reduction then sends
-    its results with st.async, completing the bytes the receiver's barrier expects (4 a value and
-    block), and waits on its own barrier: no cluster barrier after the start one."""
+    reduction (Welford's mean and m2 wait on one) and releases the inits before the cluster's start
+    barrier; each reduction then sends its results with st.async, completing the bytes the
+    receiver's barrier expects (4 a value and block), and waits on its own barrier: no cluster
+    barrier after the start one."""
     from npuops_norm.rowwise_kernel import RowNorm, launch_variants, rowwise_kernel
 
     spec = RowNorm("meanvar", 1e-5, weight="w", bias=True, quant_min_scale=1e-7 if quantized else None)
