@@ -672,7 +672,7 @@ def _column_slabs(rows: int, cols: int, dt: str, itemsize: int, eps: float, thre
             acc = T.alloc_local((vec,), F32)
             for e in T.unroll(vec):
                 acc[e] = 0.0
-            for first, count in ((0, in_shared), (first_streamed, streamed)):
+            for first, count, held in ((0, in_shared, True), (first_streamed, streamed, False)):
                 for steps, unroll, offset in row_groups(count, in_flight):
                     for step in T.serial(steps):
                         for i in T.unroll(unroll):
@@ -680,12 +680,12 @@ def _column_slabs(rows: int, cols: int, dt: str, itemsize: int, eps: float, thre
                                 w[i, e] = W[row_of(first + offset + step * unroll + i), column + e]
                             u[i] = T.Cast(F32, U[row_of(first + offset + step * unroll + i)])
                         for i in T.unroll(unroll):
-                            if first == 0:
+                            if held:
                                 for e in T.vectorized(vec):
                                     shared_w[offset + step * unroll + i, tx, e] = w[i, e]
                             for e in T.unroll(vec):
                                 acc[e] += T.Cast(F32, w[i, e]) * u[i]
-                if first == 0:
+                if held:  # the steps after those in shared memory, into registers
                     for j in T.unroll(in_registers):
                         for e in T.vectorized(vec):
                             register_w[j, e] = W[row_of(in_shared + j), column + e]
