@@ -102,7 +102,10 @@ def _tunable(op, w, device, config=None):
 
 
 def _tunable_variants(op, w):
-    return _variants(op, w)[:2] if "TOY_BAD_IMPLS" not in __import__("os").environ else _variants(op, w)
+    environ = __import__("os").environ
+    if "TOY_HANGING_VARIANT" in environ and w.id == "W1":
+        return [{"spin_s": 0.0}, {"spin_s": 3600.0}]
+    return _variants(op, w)[:2] if "TOY_BAD_IMPLS" not in environ else _variants(op, w)
 
 
 @hookimpl

@@ -20,9 +20,10 @@ from npuops.timing import TimingOptions
 FAST = TimingOptions(budget_s=0.05, min_reps=3, warmup_s=0.01)
 
 
-def run(tmp_path: Path, impls=None, jobs=1, out="results.jsonl", tune=False):
+def run(tmp_path: Path, impls=None, jobs=1, out="results.jsonl", tune=False, task_timeout_s=600.0):
     registry = load_registry()
-    options = RunOptions(device="cpu", jobs=jobs, timing=FAST, tune=tune, tuning_timing=FAST)
+    options = RunOptions(device="cpu", jobs=jobs, timing=FAST, tune=tune, tuning_timing=FAST,
+                         task_timeout_s=task_timeout_s)
     runner = Runner(registry, options, tmp_path / out)
     counts = runner.run(registry.workloads("ToyScaleFwd"), impls)
     return counts, read_results(tmp_path / out)
@@ -161,6 +162,17 @@ def test_a_wrong_variant_makes_the_row_wrong(toy, tmp_path, monkeypatch):
     row = next(r for r in results.rows if r["regime"] == "eager")
     assert row["status"] == "wrong" and "variant" in row["reason"] and row["config"]["writes"] == "half"
     assert "timing" not in row
+
+
+def test_a_hanging_variant_fails_its_row_naming_the_variant(toy, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOY_HANGING_VARIANT", "1")
+    _, results = run(tmp_path, impls=["toy_tunable"], tune=True, task_timeout_s=5.0)
+    by = {(r["workload"], r["regime"]): r for r in results.rows}
+    hung = by[("W1", "eager")]
+    assert hung["status"] == "failed"
+    assert hung["reason"] == "timed out after 5 s at variant {'spin_s': 3600.0}: first call"
+    # The worker that replaced it carried on.
+    assert by[("W2", "eager")]["status"] == "ok"
 
 
 def test_inductor_autotuning_takes_the_device_lock():

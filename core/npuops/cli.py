@@ -248,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="one workload per op (the smallest)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--budget", type=float, default=0.5, help="seconds per measurement before settling for an unstable median")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per implementation-workload before it fails")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per implementation-workload before it fails, naming the stage it reached")
     p.add_argument("--rerun", action="store_true", help="measure again rows the results file already has")
     p.add_argument("--tune", action="store_true",
                    help="for implementations with launch variants: check every variant, time each, measure the fastest "

@@ -216,8 +216,9 @@ def _describe_error(exc: BaseException) -> str:
 
 
 def execute(task: Task, registry: Registry, device: Device, options: RunOptions, lock: DeviceLock,
-            emit: Callable[[dict[str, Any]], None]) -> None:
-    """Build, check and time one task, emitting a row per regime. Raises _DeviceLost when the
+            emit: Callable[[dict[str, Any]], None], enter: Callable[[str], None] = lambda stage: None) -> None:
+    """Build, check and time one task, emitting a row per regime and calling ``enter`` with each
+    stage it starts (so that a task killed for hanging can say where). Raises _DeviceLost when the
     device broke underneath (after emitting the rows)."""
     op = registry.op(task.op)
     impl = registry.implementation(task.op, task.impl)
@@ -234,7 +235,14 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
     # Host-timed devices share their clock with compilation: nothing may overlap their timing.
     # A task using much of the memory runs alone so it does not starve its neighbours.
     exclusive = device.name == "cpu" or need > device.total_memory() / (2 * options.jobs)
-    stage = "build"
+    stage = ""
+
+    def begin(name: str) -> None:
+        nonlocal stage
+        stage = name
+        enter(name)
+
+    begin("build")
     try:
         with lock if exclusive else contextlib.nullcontext():
             free = device.free_memory()
@@ -242,20 +250,21 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
                 return finish("failed", reason=f"needs {need / _GIB:.2f} GiB of {device.name} memory, {free / _GIB:.2f} GiB free")
             t0 = time.perf_counter()
             fns = impl.builds(op, w, device.torch_device(), options.tune)
-            stage = "first call"
             inputs = op.make_inputs(w, InputRNG(device.torch_device(), options.seed + 1))
             # Lazy compilers (torch.compile) compile here, outside the device lock, and autotune
-            # under it.
+            # under it. Each variant's first call finishes before the next starts, so that one that
+            # hangs is the stage a timeout names.
             with contextlib.nullcontext() if exclusive else autotuning_under(lock):
                 for fn in fns:
+                    begin(f"{_variant_of(fn, fns)}first call")
                     fn(**inputs)
-            device.synchronize()
+                    device.synchronize()
             build_s = time.perf_counter() - t0
             with contextlib.nullcontext() if exclusive else lock:
                 errors = []
                 for fn in fns:
-                    where = f"variant {_config_of(fn)}: " if len(fns) > 1 else ""
-                    stage = f"{where}check"
+                    where = _variant_of(fn, fns)
+                    begin(f"{where}check")
                     result = check(op, w, fn, device, options.seed, nan_fill=impl.nan_fill)
                     errors.append({"max_error": result.max_error, "max_abs_error": result.max_abs_error})
                     if not result.ok:
@@ -263,7 +272,7 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
                                       **_config_field(fn))
                 chosen = 0
                 if len(fns) > 1:
-                    stage = "tuning"
+                    begin("tuning")
                     chosen, tuning = _tune(fns, inputs, device, options, impl.graph_capturable if "graph" in task.regimes else None)
                     for row in rows.values():
                         row["tuning"] = tuning
@@ -271,12 +280,12 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
                 for row in rows.values():
                     row.update(_config_field(fn))
                 for regime in task.regimes:
-                    stage = f"timing ({regime})"
+                    begin(f"timing ({regime})")
                     call = functools.partial(fn, **inputs)
                     timing = measure(call, device, regime, options.timing, capture=impl.graph_capturable)
                     row = {**rows.pop(regime), "status": "ok", "timing": timing.to_dict(), "check": checked, "build_s": build_s}
                     if options.kernel_time:
-                        stage = f"kernel time ({regime})"
+                        begin(f"kernel time ({regime})")
                         try:
                             kernels = kernel_time(call, device, regime, capture=impl.graph_capturable)
                             row["kernel_time"] = kernels.to_dict() if kernels else None
@@ -317,6 +326,11 @@ def _config_of(fn: Callable[..., Any]) -> Any:
     return getattr(fn, "config", None)
 
 
+def _variant_of(fn: Callable[..., Any], fns: Sequence[Callable[..., Any]]) -> str:
+    """'variant {config}: ' where the task tunes among several, else ''."""
+    return f"variant {_config_of(fn)}: " if len(fns) > 1 else ""
+
+
 def _config_field(fn: Callable[..., Any]) -> dict[str, Any]:
     return {} if _config_of(fn) is None else {"config": _config_of(fn)}
 
@@ -335,7 +349,8 @@ def _worker_main(conn: Connection, device_name: str, options: RunOptions, user_w
         if message is None:
             return
         try:
-            execute(message, registry, device, options, lock, lambda row: conn.send(("row", row)))
+            execute(message, registry, device, options, lock, lambda row: conn.send(("row", row)),
+                    lambda stage: conn.send(("stage", stage)))
         except _DeviceLost as exc:
             conn.send(("lost", str(exc)))
             os._exit(3)
@@ -352,6 +367,7 @@ class _Worker:
     log_path: Path
     task: Task | None = None
     started: float = 0.0
+    stage: str = ""  # of the task, as the worker last reported it
     pending: set[str] = field(default_factory=set)  # regimes of the task not yet reported
 
 
@@ -452,7 +468,7 @@ class Runner:
                 w.conn.send(None)
                 return
             w.pending = set(w.task.regimes)
-            w.started = time.monotonic()
+            w.started, w.stage = time.monotonic(), "start"
             w.conn.send(w.task)
 
         def replace_worker(w: _Worker, reason: str) -> _Worker:
@@ -481,6 +497,10 @@ class Runner:
                                 if kind == "row":
                                     w.pending.discard(payload["regime"])
                                     record(payload)
+                                elif kind == "stage":
+                                    if w.stage == "start":  # the timeout counts the task, not the worker's start
+                                        w.started = time.monotonic()
+                                    w.stage = payload
                                 elif kind == "lost":
                                     fail_pending(w, f"device context lost: {payload}")
                                 elif kind == "done":
@@ -491,9 +511,9 @@ class Runner:
                             pass  # the sentinel branch below restarts it
                     if w.task is not None and not w.process.is_alive():
                         code = w.process.exitcode
-                        replace_worker(w, f"worker died (exit code {code}); log: {_log_tail(w.log_path)}")
+                        replace_worker(w, f"worker died (exit code {code}) at {w.stage}; log: {_log_tail(w.log_path)}")
                     elif w.task is not None and time.monotonic() - w.started > self.options.task_timeout_s:
-                        replace_worker(w, f"timed out after {self.options.task_timeout_s:.0f} s")
+                        replace_worker(w, f"timed out after {self.options.task_timeout_s:.0f} s at {w.stage}")
         finally:
             for w in workers:  # finished workers are exiting; give them time before killing
                 w.process.join(timeout=0 if w.task is not None else 30)
