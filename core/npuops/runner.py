@@ -204,6 +204,9 @@ def autotuning_under(lock: contextlib.AbstractContextManager[Any]) -> Iterator[N
             benchmarker.benchmark = own
 
 
+WAITING_FOR_DEVICE = "waiting for the device lock"  # a task's stage that its timeout does not count
+
+
 class _DeviceLost(Exception):
     """The device context cannot run work any more; the worker must be replaced."""
 
@@ -218,8 +221,9 @@ def _describe_error(exc: BaseException) -> str:
 def execute(task: Task, registry: Registry, device: Device, options: RunOptions, lock: DeviceLock,
             emit: Callable[[dict[str, Any]], None], enter: Callable[[str], None] = lambda stage: None) -> None:
     """Build, check and time one task, emitting a row per regime and calling ``enter`` with each
-    stage it starts (so that a task killed for hanging can say where). Raises _DeviceLost when the
-    device broke underneath (after emitting the rows)."""
+    stage it starts (so that a task killed for hanging can say where, and a wait for the device
+    lock does not count as the task's time). Raises _DeviceLost when the device broke underneath
+    (after emitting the rows)."""
     op = registry.op(task.op)
     impl = registry.implementation(task.op, task.impl)
     w = task.workload
@@ -242,9 +246,11 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
         stage = name
         enter(name)
 
-    begin("build")
     try:
+        if exclusive:
+            begin(WAITING_FOR_DEVICE)
         with lock if exclusive else contextlib.nullcontext():
+            begin("build")
             free = device.free_memory()
             if need > free:
                 return finish("failed", reason=f"needs {need / _GIB:.2f} GiB of {device.name} memory, {free / _GIB:.2f} GiB free")
@@ -260,6 +266,8 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
                     fn(**inputs)
                     device.synchronize()
             build_s = time.perf_counter() - t0
+            if not exclusive:
+                begin(WAITING_FOR_DEVICE)
             with contextlib.nullcontext() if exclusive else lock:
                 errors = []
                 for fn in fns:
@@ -366,9 +374,28 @@ class _Worker:
     conn: Connection
     log_path: Path
     task: Task | None = None
-    started: float = 0.0
+    started: float = 0.0  # when the task's own time began, moved on by each wait for the device lock
     stage: str = ""  # of the task, as the worker last reported it
+    stage_since: float = 0.0
     pending: set[str] = field(default_factory=set)  # regimes of the task not yet reported
+
+    def take(self, task: Task | None) -> None:
+        self.task, self.pending = task, set(task.regimes) if task else set()
+        self.started = self.stage_since = time.monotonic()
+        self.stage = "start"
+
+    def enter(self, stage: str) -> None:
+        now = time.monotonic()
+        if self.stage == "start":  # the task's time counts from the worker beginning it, not its start-up
+            self.started = now
+        elif self.stage == WAITING_FOR_DEVICE:
+            self.started += now - self.stage_since
+        self.stage, self.stage_since = stage, now
+
+    def task_seconds(self) -> float:
+        """How long the task has run, waits for the device lock left out."""
+        now = time.monotonic()
+        return now - self.started - (now - self.stage_since if self.stage == WAITING_FOR_DEVICE else 0.0)
 
 
 def _log_tail(path: Path, lines: int = 6) -> str:
@@ -463,12 +490,7 @@ class Runner:
             w.pending.clear()
 
         def assign(w: _Worker) -> None:
-            w.task = queue.pop() if queue else None
-            if w.task is None:
-                w.conn.send(None)
-                return
-            w.pending = set(w.task.regimes)
-            w.started, w.stage = time.monotonic(), "start"
+            w.take(queue.pop() if queue else None)
             w.conn.send(w.task)
 
         def replace_worker(w: _Worker, reason: str) -> _Worker:
@@ -498,9 +520,7 @@ class Runner:
                                     w.pending.discard(payload["regime"])
                                     record(payload)
                                 elif kind == "stage":
-                                    if w.stage == "start":  # the timeout counts the task, not the worker's start
-                                        w.started = time.monotonic()
-                                    w.stage = payload
+                                    w.enter(payload)
                                 elif kind == "lost":
                                     fail_pending(w, f"device context lost: {payload}")
                                 elif kind == "done":
@@ -512,7 +532,7 @@ class Runner:
                     if w.task is not None and not w.process.is_alive():
                         code = w.process.exitcode
                         replace_worker(w, f"worker died (exit code {code}) at {w.stage}; log: {_log_tail(w.log_path)}")
-                    elif w.task is not None and time.monotonic() - w.started > self.options.task_timeout_s:
+                    elif w.task is not None and w.task_seconds() > self.options.task_timeout_s:
                         replace_worker(w, f"timed out after {self.options.task_timeout_s:.0f} s at {w.stage}")
         finally:
             for w in workers:  # finished workers are exiting; give them time before killing
