@@ -55,6 +55,11 @@ def _median(row: dict[str, Any]) -> float:
     return row["timing"]["median_ms"]
 
 
+def kernel_ms(row: dict[str, Any]) -> float | None:
+    """The row's median kernel time (``npuops run --kernel-time``), if it has one."""
+    return (row.get("kernel_time") or {}).get("median_ms")
+
+
 def row_metrics(row: dict[str, Any], limits: dict[str, Any] | None) -> dict[str, Any]:
     """Throughput, SOL (% of the time no kernel can beat) and the bounding resource; where the row
     has a kernel time, its SOL too (``kernel_sol_pct``): the event time carries the launch and the
@@ -75,17 +80,22 @@ def row_metrics(row: dict[str, Any], limits: dict[str, Any] | None) -> dict[str,
     return out
 
 
+def _alternatives(rows: list[dict[str, Any]], ours: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The non-ours rows that ran; when comparing with ``ours``, only those of ours' own run (a
+    ratio never mixes runs)."""
+    return [r for r in _ok(rows) if r["tier"] != "ours" and (ours is None or r.get("run_id") == ours.get("run_id"))]
+
+
 def fastest_alternative(rows: list[dict[str, Any]], ours: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The fastest non-ours row; when comparing with ``ours``, only rows of ours' own run count
-    (a ratio never mixes runs)."""
-    alts = [r for r in _ok(rows) if r["tier"] != "ours" and (ours is None or r.get("run_id") == ours.get("run_id"))]
+    """The fastest of :func:`_alternatives`."""
+    alts = _alternatives(rows, ours)
     return min(alts, key=_median) if alts else None
 
 
 def kernel_ratio(rows: list[dict[str, Any]], ours: dict[str, Any]) -> float | None:
-    """The fastest alternative's kernel time over ours' (alternatives of ours' run), where ours and
+    """The fastest alternative's kernel time over ours' (:func:`_alternatives`), where ours and
     every alternative have one: a ratio that skipped an alternative would flatter ours."""
-    alts = [r for r in _ok(rows) if r["tier"] != "ours" and r.get("run_id") == ours.get("run_id")]
+    alts = _alternatives(rows, ours)
     times = [kernel_ms(r) for r in alts]
     if not alts or kernel_ms(ours) is None or None in times:
         return None
@@ -223,11 +233,6 @@ def ratio_class(ratio: float | None) -> str:
     if ratio is None:
         return "none"
     return "faster" if ratio > 1 + LEVEL else "slower" if ratio < 1 - LEVEL else "level"
-
-
-def kernel_ms(row: dict[str, Any]) -> float | None:
-    """The row's median kernel time (``npuops run --kernel-time``), if it has one."""
-    return (row.get("kernel_time") or {}).get("median_ms")
 
 
 def time_text(row: dict[str, Any]) -> str:
