@@ -84,7 +84,7 @@ def test_markdown_csv_and_terminal(capsys, results_file):
     md = report(capsys, results_file, "markdown")
     assert "## norm · RMSNormFwd · eager" in md and "| W1 decode bf16 | 1.50× | 0.0020 |" in md
     assert "† no implementation of ours yet" in md  # W2 has baselines only
-    assert "kernels" not in md  # no row has kernel times
+    assert "kernels" not in md and "call" not in md  # no row has kernel or call times
     rows = list(csv.DictReader(io.StringIO(report(capsys, results_file, "csv"))))
     assert len(rows) == 7 and rows[0]["op"] == "RMSNormFwd"
     term = report(capsys, results_file, "terminal")
@@ -174,3 +174,41 @@ def test_ratios_by_kernel_time_only_where_ours_and_every_alternative_have_one(ca
     by = {(r["impl"], r["regime"]): r for r in json.loads(report(capsys, path, "json"))}
     assert by[("ours_kernel", "graph")]["kernel_ratio"] == pytest.approx(1.25)
     assert by[("ours_kernel", "eager")]["kernel_ratio"] is None and by[("liger", "graph")]["kernel_ratio"] is None
+
+
+def test_call_times_shown_beside_device_times_where_recorded(capsys, tmp_path):
+    """Eager rows measured since call times were recorded show them beside the device time (after
+    the kernel time, where that is recorded too) in every format; graph rows and rows from older
+    files have none and read as before."""
+    path = tmp_path / "c.jsonl"
+
+    def calls(ms):
+        return {"median_ms": ms, "min_ms": ms * 0.95, "calls": 256, "n": 5}
+
+    kernels = {"median_ms": 0.0018, "min_ms": 0.0017, "activities": 1, "n": 20}
+    with ResultsWriter(path) as w:
+        w.append({"record": "env", "run_id": "r1", "device": {"device": "cuda"}, "limits": LIMITS})
+        w.append(row("ours_kernel", "ours", "eager", 0.0043, call_time=calls(0.021)))
+        w.append(row("torch_eager", "torch_eager", "eager", 0.0045, call_time=calls(0.011), kernel_time=kernels))
+        w.append(row("torch_compile", "torch_compile", "eager", 0.005))  # an older file's row
+        w.append(row("ours_kernel", "ours", "graph", 0.004))
+    md = report(capsys, path, "markdown")
+    assert "| 0.0043 (call 0.0210) |" in md and "torch_eager: 0.0045 (kernels 0.0018, call 0.0110)" in md
+    assert "torch_compile: 0.0050<br>" in md or "torch_compile: 0.0050 |" in md
+    assert "| 0.0040 |" in md  # graph
+    assert "(call t): wall time per call" in md
+    page = report(capsys, path, "html")
+    assert "<td class='num'>0.0043 (call 0.0210)</td>" in page and "(call t)" in page
+    from rich.console import Console
+
+    from npuops.report import render_terminal
+    from npuops.results import read_results
+
+    console = Console(file=io.StringIO(), width=400)  # wide enough that no cell folds
+    render_terminal(read_results(path), console)
+    assert "│ 0.0043 (call 0.0210) " in console.file.getvalue()
+    by = {(r["impl"], r["regime"]): r for r in json.loads(report(capsys, path, "json"))}
+    assert by[("ours_kernel", "eager")]["call_ms"] == 0.021 and by[("torch_eager", "eager")]["call_ms"] == 0.011
+    assert by[("torch_compile", "eager")]["call_ms"] is None and by[("ours_kernel", "graph")]["call_ms"] is None
+    csv_rows = {(r["impl"], r["regime"]): r for r in csv.DictReader(io.StringIO(report(capsys, path, "csv")))}
+    assert csv_rows[("ours_kernel", "eager")]["call_ms"] == "0.021" and csv_rows[("ours_kernel", "graph")]["call_ms"] == ""

@@ -265,3 +265,46 @@ def test_kernel_time_says_when_the_profiler_saw_nothing_the_call_launched(monkey
     x = torch.ones(16)
     with pytest.raises(NoDeviceActivity, match="no device activity"):
         kernel_time(lambda: x.add_(1), device, "eager", iterations=2)
+
+
+def test_eager_rows_record_what_a_call_costs_back_to_back(toy, tmp_path):
+    """Each eager row gets its wall time per back-to-back call: toy_tunable's default variant
+    spins 2 ms per call on the host, so no call takes less; rows not timed have none."""
+    _, results = run(tmp_path, impls=["toy_tunable"])
+    by = {(r["workload"], r["regime"]): r for r in results.rows}
+    for workload in ("W1", "W2"):
+        calls = by[(workload, "eager")]["call_time"]
+        assert 2.0 <= calls["min_ms"] <= calls["median_ms"] and calls["min_ms"] < 20.0
+        assert calls["calls"] >= 1 and calls["n"] == 5
+        assert "call_time" not in by[(workload, "graph")]  # skipped on the CPU
+
+
+def test_call_time_counts_the_longer_of_host_cost_and_device_time():
+    """On a device that runs calls after the host queues them, back-to-back calls cost the device's
+    time where it is longer than the host's, and the host's where that is: the one synchronize
+    after the loop waits for the queue to drain."""
+    from npuops.devices import CPUDevice
+    from npuops.timing import call_time
+
+    class QueueingDevice(CPUDevice):
+        """Each call queues ``device_s`` of work; synchronize waits until it has all run."""
+
+        busy_until = 0.0
+
+        def synchronize(self):
+            time.sleep(max(0.0, self.busy_until - time.perf_counter()))
+
+    def launcher(device, host_s, device_s):
+        def call():
+            time.sleep(host_s)  # sleeps, not spins: the test shares its cores
+            device.busy_until = max(device.busy_until, time.perf_counter()) + device_s
+
+        return call
+
+    # The lower bounds hold whatever the load; the device-bound upper one (a minimum, robust to
+    # preemption) rules out a loop that charged host and device time one after the other (2.2 ms).
+    device = QueueingDevice()
+    device_bound = call_time(launcher(device, 0.0002, 0.002), device, FAST)
+    assert 2.0 <= device_bound.median_ms and device_bound.min_ms < 2.2
+    host_bound = call_time(launcher(device, 0.002, 0.0002), device, FAST)
+    assert 2.0 <= host_bound.median_ms and host_bound.min_ms < 3.0

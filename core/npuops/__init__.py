@@ -12,6 +12,7 @@ from .errors import NpuopsError, PluginLoadError, UnknownNameError, WorkloadErro
 from .hookspecs import hookimpl
 from .impl import TIERS, Implementation
 from .op import CheckResult, Cost, Op, Param, Tolerance, compare_tensors, discover_op_classes, ops_from_catalog, package_ops, tensor_bytes
+from .patching import Patch, patch
 from .workload import DTYPES, Workload, load_catalog, load_workload_file, torch_dtype
 
 try:
@@ -21,8 +22,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "DTYPES", "TIERS", "CheckResult", "Cost", "Device", "Implementation", "InputRNG", "Limits",
-    "NpuopsError", "Op", "Param", "PluginLoadError", "Tolerance", "UnknownNameError", "Workload",
+    "NpuopsError", "Op", "Param", "Patch", "PluginLoadError", "Tolerance", "UnknownNameError", "Workload",
     "WorkloadError", "compare_tensors", "discover_op_classes", "high_precision", "hookimpl", "load_catalog",
-    "load_workload_file", "nan_filled_allocations", "ops_from_catalog", "package_ops", "reference_math",
+    "load_workload_file", "nan_filled_allocations", "ops_from_catalog", "package_ops", "patch", "reference_math",
     "tensor_bytes", "torch_dtype",
 ]

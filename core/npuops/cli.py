@@ -1,4 +1,4 @@
-"""``npuops``: list, run, report, plugins, calibrate."""
+"""``npuops``: list, run, report, plugins, warm, calibrate."""
 
 from __future__ import annotations
 
@@ -225,6 +225,25 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
 
 # -- entry point -----------------------------------------------------------------------------------
 
+def cmd_warm(args: argparse.Namespace, console: Console) -> int:
+    from .functional import warm
+    from .workload import load_workload_file
+
+    registry = _registry(args)
+    _warn_plugin_errors(registry, console)
+    registry.device("cuda")  # our kernels are built on the GPU they run on: an error without one
+    user = registry.add_workloads(load_workload_file(args.workloads)) if args.workloads else []
+    workloads = user if args.workloads and not (args.family or args.op or args.workload) else _selection(registry, args)
+
+    def progress(w, why):
+        console.print(f"{w.key}: {'ok' if why is None else why}", highlight=False)
+
+    counts = warm(workloads, progress)
+    console.print(f"[bold]{counts.get('with a kernel', 0)} of {len(workloads)} workloads have our kernel, "
+                  f"{counts['built']} kernels built or loaded[/bold] (TileLang's cache keeps them for later processes)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="npuops", description="npuops: fast kernels, their baselines, honest benchmarks")
     parser.add_argument("--strict", action="store_true", help="fail on any plugin load error (also NPUOPS_STRICT=1)")
@@ -270,6 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="installed plugins, what each contributes, load errors")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("warm", help="build our kernels for workloads ahead, so model code's first calls do not stall")
+    _add_filters(p)
+    p.add_argument("--workloads", metavar="FILE", help="the shapes your model calls, as a TOML/JSON workloads file")
+    p.set_defaults(func=cmd_warm)
 
     p = sub.add_parser("calibrate", help="measure the device's copy bandwidth and matmul rates (cached for SOL)")
     p.add_argument("--device", help="cuda, cpu or npu (default: the best available)")

@@ -1,18 +1,35 @@
 """Ops as functions for model code, shared by the family plugins.
 
-:func:`define_function` registers a ``torch.library`` custom op that computes an npuops op: our
-kernel (tier ``ours``) on CUDA where it covers the call, the op's torch formulation anywhere else,
-and — as the fake implementation that lets ``torch.compile`` trace it — the torch formulation
-again, run on fake tensors, so output shapes always agree with PyTorch's. Inputs are checked against
-what the op expects for the call's shapes (``make_inputs`` on the meta device): a wrong dtype,
-shape or device raises a ValueError that says what was expected, and a bad parameter the op's own
-workload validation message.
+:func:`define_function` turns an npuops op into a function: our kernel (tier ``ours``) where it
+covers the call, the op's torch formulation for every other call, never an internal error. A
+kernel that fails to build or launch falls back to torch and warns once; :func:`coverage` says
+which calls ran ours and why the others did not.
+
+Three paths, one computation:
+
+- **Eager calls** (plain tensors, no gradient needed) go straight to a plan cached per call
+  signature (shapes, dtypes, devices, scalars): one dict lookup, the layout checks the kernel
+  needs, the launch. Kernels are built once per *kernel key* (``Implementation.build_key``: the
+  dims their code depends on; sizes the kernel takes at launch are not part of it), so a new row
+  count or image size reuses a build.
+- **Traced calls** (``torch.compile``, tensor subclasses, functorch transforms) go through a
+  ``torch.library`` custom op with a fake implementation (the torch formulation on fake tensors).
+- **Calls that need a gradient** go through the same custom op, whose backward is torch's
+  derivative of the op's formulation (recomputed from the saved inputs), or, for an op that updates
+  an input in place, run the formulation itself.
+
+A function defined with a ``fallback`` (torch's own function with the op function's arguments) is
+a drop-in: an input the op cannot express (a dtype it has no name for, shapes its workload
+validation refuses) is passed to the fallback, which computes it or raises as torch does. One
+without raises a ValueError that says what was expected.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+import threading
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +40,17 @@ from .errors import WorkloadError
 from .kernels import layout_problem
 from .workload import Workload, dtype_name
 
-FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
-
-@functools.cache
 def _registry():
-    from .registry import load_registry
+    global _loaded_registry
+    if _loaded_registry is None:
+        from .registry import load_registry
 
-    return load_registry()
+        _loaded_registry = load_registry()
+    return _loaded_registry
+
+
+_loaded_registry = None
 
 
 @dataclass(frozen=True)
@@ -38,7 +58,8 @@ class OpFunction:
     """One function: ``schema`` is the custom op's (``"(Tensor x, Tensor weight, float eps=1e-06)
     -> Tensor"``); ``inputs`` its tensor arguments in order, the first filling the workload shape
     ``shape_name``; ``params`` the other arguments with their defaults, in order (they become the
-    workload's params); ``returns`` which of the op's outputs the function returns."""
+    workload's params); ``returns`` which of the op's outputs the function returns; ``fallback``
+    torch's function called with the same arguments, for calls the op cannot express."""
 
     namespace: str
     name: str
@@ -49,108 +70,346 @@ class OpFunction:
     shape_name: str = "x"
     mutates: tuple[str, ...] = ()
     returns: tuple[int, ...] = (0,)
+    fallback: Callable[..., Any] | None = None
 
     @property
     def qualname(self) -> str:
         return f"{self.namespace}::{self.name}"
 
 
-def _frozen(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
+# -- coverage -------------------------------------------------------------------------------------
+_calls: dict[str, Counter] = defaultdict(Counter)
+_warned: set[tuple[str, str]] = set()
 
 
-@functools.lru_cache(maxsize=512)
-def _signature(fn: OpFunction, device: torch.device, tensors: tuple, params: tuple):
-    """(our kernel or None, the torch formulation, expected (shape, dtype) per input) for one call
-    signature, given (name, shape, dtype) per tensor argument; built once, then cached."""
+def record(function: str, reason: str | None) -> None:
+    """Count one call of ``function``: ours (``reason`` None) or torch's, for ``reason``."""
+    _calls[function][reason or "ours"] += 1
+
+
+def torch_call(function: str, reason: str, torch_function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``torch_function(*args, **kwargs)``, counted as a call of ``function`` that ran torch's, for
+    ``reason``: for the forms of a call a drop-in passes to torch as they are."""
+    record(function, reason)
+    return torch_function(*args, **kwargs)
+
+
+def coverage() -> dict[str, dict[str, Any]]:
+    """Per function called since the last :func:`reset_coverage`: how many calls ran our kernel
+    (``ours``), how many torch's formulation (``torch``), and why, per reason (``why``)."""
+    report = {}
+    for name, counts in sorted(_calls.items()):
+        why = {reason: n for reason, n in counts.items() if reason != "ours"}
+        report[name] = {"ours": counts["ours"], "torch": sum(why.values()), "why": why}
+    return report
+
+
+def reset_coverage() -> None:
+    _calls.clear()
+
+
+def _warn_once(function: str, what: str) -> None:
+    if (function, what) not in _warned:
+        _warned.add((function, what))
+        warnings.warn(f"npuops: {function}: {what}; this call and others like it run torch's formulation",
+                      RuntimeWarning, stacklevel=4)
+
+
+# -- builds ---------------------------------------------------------------------------------------
+_builds: dict[Hashable, Any] = {}
+_build_lock = threading.Lock()
+
+
+def built_kernels() -> int:
+    """How many kernels the functions of this process have built (or found in TileLang's disk
+    cache): one per kernel key and device, whatever the number of shapes called."""
+    return sum(1 for kernel in _builds.values() if kernel is not None)
+
+
+def _kernel(impl, op, w: Workload, device: torch.device, function: str) -> tuple[Any, str | None]:
+    """(the built kernel serving ``w``'s kernel key, None) or (None, why not)."""
+    key = (impl.plugin, impl.op, impl.name, impl.build_key(op, w), str(device))
+    with _build_lock:
+        if key not in _builds:
+            try:
+                _builds[key] = impl.build(op, w, device)
+            except Exception as exc:  # a kernel that fails to build must not fail the call
+                _builds[key] = None
+                _warn_once(function, f"our kernel failed to build ({type(exc).__name__}: {exc})")
+    kernel = _builds[key]
+    return (kernel, None) if kernel is not None else (None, "kernel failed to build")
+
+
+def warm(workloads, progress: Callable[[Workload, str | None], None] | None = None) -> dict[str, int]:
+    """Build our kernel for each of ``workloads`` (on the current CUDA device) as a function's first
+    call like it would, into this process's builds and TileLang's disk cache, where later processes
+    find them: for deployments that must not stall on a first call. ``progress(w, why_not)`` after
+    each. Returns how many workloads got a kernel, how many had none, and the builds that took."""
     registry = _registry()
-    op = registry.op(fn.op)
+    device, cuda = torch.device("cuda"), registry.device("cuda")
+    before, counts = built_kernels(), Counter()
+    for w in workloads:
+        op = registry.op(w.op)
+        ours = [i for i in registry.impls_for(w.op) if i.tier == "ours"]
+        why = ours[0].why_not(op, w, cuda) if ours else "no kernel for this op"
+        if why is None:
+            why = _kernel(ours[0], op, w, device, w.op)[1]
+        counts["with a kernel" if why is None else "without"] += 1
+        if progress:
+            progress(w, why)
+    return {**counts, "built": built_kernels() - before}
+
+
+# -- plans ----------------------------------------------------------------------------------------
+@dataclass
+class _Plan:
+    """How calls of one signature run: ``kernel`` (or None, and ``reason``) and ``formulation``
+    (the op's torch formulation, or the function's fallback where the op cannot express them)."""
+
+    kernel: Any
+    formulation: Callable[..., Any]
+    reason: str | None
+    names: tuple[str, ...]
+    launch: Callable[..., Any] | None = None  # the kernel prepared for this signature, tensors positional
+
+
+def _workload(fn: OpFunction, op, tensors: tuple, params: tuple) -> Workload:
+    """The workload of one call, given (name, shape, dtype) per tensor argument."""
     (_, shape, dtype), *others = tensors
     # The first tensor fills the workload's main shape; others the op names as workload tensors
     # (top-k's starts and ends) too, with their dtype where it differs.
     named = {name: (s, d) for name, s, d in others if name in op.required_tensors + op.optional_tensors}
-    w = Workload(fn.op, "call", "call", dtype_name(dtype), {fn.shape_name: shape, **{n: s for n, (s, _) in named.items()}},
-                 params={k: v for k, v in params if v is not None},
-                 shape_dtypes={n: dtype_name(d) for n, (_, d) in named.items() if d != dtype})
+    return Workload(fn.op, "call", "call", dtype_name(dtype), {fn.shape_name: shape, **{n: s for n, (s, _) in named.items()}},
+                    params={k: v for k, v in params if v is not None},
+                    shape_dtypes={n: dtype_name(d) for n, (_, d) in named.items() if d != dtype})
+
+
+def _plan(fn: OpFunction, described: tuple, devices: tuple, params: tuple) -> _Plan:
+    registry = _registry()
+    op = registry.op(fn.op)
+    names = tuple(name for name, _, _ in described)
     try:
+        w = _workload(fn, op, described, params)
         op.validate(w)
-    except WorkloadError as exc:
-        raise ValueError(f"{fn.name}: {exc}") from None
-    expected = {name: (tuple(t.shape), t.dtype) for name, t in op.make_inputs(w, InputRNG("meta")).items()}
-    kernel = None
-    if device.type == "cuda":
-        ours = [i for i in registry.impls_for(fn.op) if i.tier == "ours"]
-        if ours and ours[0].why_not(op, w, registry.device("cuda")) is None:
-            kernel = ours[0].build(op, w, device)
-    return kernel, op.torch_impl(w), expected
+        expected = {name: (tuple(t.shape), t.dtype) for name, t in op.make_inputs(w, InputRNG("meta")).items()}
+        _check(fn, described, devices, expected)
+    except Exception as exc:  # noqa: BLE001 - whatever the op cannot express goes to torch as it is
+        if fn.fallback is None:
+            if not isinstance(exc, WorkloadError | ValueError):
+                raise
+            message = str(exc) if isinstance(exc, ValueError) else f"{fn.name}: {exc}"
+            raise ValueError(message) from None
+        fallback, given = fn.fallback, dict(params)
+        return _Plan(None, lambda **tensors: fallback(**tensors, **given), f"outside the op ({exc})", names)
+    formulation = op.torch_impl(w)
+    device = devices[0]
+    if device.type != "cuda":
+        return _Plan(None, formulation, f"{device.type} device", names)
+    if any(0 in shape for _, shape, _ in described):
+        return _Plan(None, formulation, "empty input", names)
+    ours = [i for i in registry.impls_for(fn.op) if i.tier == "ours"]
+    if not ours:
+        return _Plan(None, formulation, "no kernel for this op", names)
+    why = ours[0].why_not(op, w, registry.device("cuda"))
+    if why is not None:
+        return _Plan(None, formulation, why, names)
+    kernel, why = _kernel(ours[0], op, w, device, fn.name)
+    if kernel is None:
+        return _Plan(None, formulation, why, names)
+    if hasattr(kernel, "prepare"):
+        launch = kernel.prepare(names, {name: shape for name, shape, _ in described})
+    else:
+        def launch(*tensors):
+            return kernel(**dict(zip(names, tensors)))
+    return _Plan(kernel, formulation, None, names, launch)
 
 
-def _bind(fn: OpFunction, args: tuple, kwargs: dict) -> tuple[dict[str, torch.Tensor], tuple]:
-    tensors = dict(zip(fn.inputs, args[: len(fn.inputs)], strict=True))
-    given = dict(zip((p for p, _ in fn.params), args[len(fn.inputs):]), **kwargs)
-    params = tuple((p, _frozen(given.get(p, default))) for p, default in fn.params)
-    first = tensors[fn.inputs[0]]
-    if first.dtype not in FLOAT_DTYPES or first.dim() < 1:
-        raise ValueError(f"{fn.name}: {fn.inputs[0]} must be a bf16, f16 or f32 tensor with at least one dim, "
-                         f"got {first.dtype} of shape {list(first.shape)}")
-    return tensors, params
+def _check(fn: OpFunction, described: tuple, devices: tuple, expected: dict[str, tuple]) -> None:
+    first_name, first_shape, _ = described[0]
+    for (name, shape, dtype), device in zip(described, devices, strict=True):
+        want_shape, want_dtype = expected[name]
+        if device != devices[0]:
+            raise ValueError(f"{fn.name}: {name} is on {device} but {first_name} is on {devices[0]}; use one device")
+        if shape != want_shape:
+            raise ValueError(f"{fn.name}: {name} must have shape {list(want_shape)} (given {first_name} "
+                             f"{list(first_shape)}), got {list(shape)}")
+        if dtype != want_dtype:
+            raise ValueError(f"{fn.name}: {name} must be {want_dtype} (as {first_name}), got {dtype}")
 
 
-def _described(tensors: dict[str, torch.Tensor]) -> tuple:
-    return tuple((name, tuple(int(size) for size in t.shape), t.dtype) for name, t in tensors.items())
-
-
-def _check(fn: OpFunction, tensors: dict[str, torch.Tensor], expected: dict[str, tuple]) -> None:
-    first_name = fn.inputs[0]
-    first = tensors[first_name]
-    for name, t in tensors.items():
-        shape, dtype = expected[name]
-        if t.device != first.device:
-            raise ValueError(f"{fn.name}: {name} is on {t.device} but {first_name} is on {first.device}; use one device")
-        if tuple(t.shape) != shape:
-            raise ValueError(f"{fn.name}: {name} must have shape {list(shape)} (given {first_name} "
-                             f"{list(first.shape)}), got {list(t.shape)}")
-        if t.dtype != dtype:
-            raise ValueError(f"{fn.name}: {name} must be {dtype} (as {first_name}), got {t.dtype}")
-
-
-def _pick(fn: OpFunction, outputs: Any, tensors: dict[str, torch.Tensor]) -> Any:
+def _pick(fn: OpFunction, outputs: Any) -> Any:
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
     picked = tuple(outputs[i] for i in fn.returns)
-    # A custom op's outputs may not alias its inputs; kernels allocate theirs, a torch formulation
-    # may hand back a view, so copy only in that case.
-    picked = tuple(o.clone() if any(torch._C._is_alias_of(o, t) for t in tensors.values()) else o for o in picked)
     return picked[0] if len(picked) == 1 else picked
 
 
-def define_function(fn: OpFunction) -> Callable[..., Any]:
-    def resolve(args, kwargs):
-        """(tensors, the kernel this call runs or None, the torch formulation), inputs checked."""
-        tensors, params = _bind(fn, args, kwargs)
-        first = tensors[fn.inputs[0]]
-        kernel, formulation, expected = _signature(fn, first.device, _described(tensors), params)
-        _check(fn, tensors, expected)
-        # Strided or misaligned views take the torch path rather than a copy.
-        if any(layout_problem(t) for t in tensors.values()):
-            kernel = None
-        return tensors, kernel, formulation
+def _unaliased(outputs: Any, tensors: tuple) -> Any:
+    """A custom op's outputs may not alias its inputs; kernels allocate theirs, a torch formulation
+    may hand back a view: copy only those."""
+    def fresh(o):
+        return o.clone() if any(torch._C._is_alias_of(o, t) for t in tensors) else o
+    return tuple(fresh(o) for o in outputs) if isinstance(outputs, tuple) else fresh(outputs)
 
-    def compute(*args, **kwargs):
-        tensors, kernel, formulation = resolve(args, kwargs)
-        return _pick(fn, (kernel or formulation)(**tensors), tensors)
 
-    def kernel_for(*args, **kwargs):
-        """The kernel a call with these arguments runs (None: the torch formulation)."""
-        return resolve(args, kwargs)[1]
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_META = torch.device("meta")
 
-    def fake(*args, **kwargs):
-        tensors, params = _bind(fn, args, kwargs)
-        # The workload needs concrete sizes (symbolic ones specialize here); the formulation
-        # itself runs on the fake, possibly symbolic, tensors.
-        _, formulation, _ = _signature(fn, torch.device("meta"), _described(tensors), params)
-        return _pick(fn, formulation(**tensors), tensors)
 
-    op = torch.library.custom_op(fn.qualname, compute, mutates_args=fn.mutates, schema=fn.schema)
-    op.register_fake(fake)
-    op.kernel_for = kernel_for
-    return op
+class DropIn:
+    """The function :func:`define_function` returns; see the module's docstring."""
+
+    def __init__(self, fn: OpFunction):
+        self.fn = fn
+        self.__name__ = self.__qualname__ = fn.name
+        self.__doc__ = f"npuops {fn.op} as a function: {fn.schema}"
+        self._plans: dict[tuple, _Plan] = {}
+        self._tensor_count = len(fn.inputs)
+        self._defaults = tuple(default for _, default in fn.params)
+        self._param_names = tuple(name for name, _ in fn.params)
+        self._differentiable = not fn.mutates
+        self.custom_op = self._define_custom_op()
+
+    # -- the eager path ---------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = self._complete(args, kwargs)
+        tensors = args[:self._tensor_count]
+        if not self._eager(tensors):
+            if self._differentiable or not self._wants_grad(tensors):
+                return self.custom_op(*args)
+            plan = self._plan_for(args)
+            record(self.fn.name, "gradient through an in-place op")
+            return _pick(self.fn, plan.formulation(**dict(zip(plan.names, tensors))))
+        return self._run(args, tensors)
+
+    def _run(self, args: tuple, tensors: tuple) -> Any:
+        plan = self._plan_for(args)
+        launch = plan.launch
+        reason = plan.reason
+        if launch is not None:
+            for t in tensors:
+                if not t.is_contiguous() or t.data_ptr() % 16:
+                    launch, reason = None, "non-contiguous or misaligned input"
+                    break
+        if launch is not None:
+            try:
+                outputs = launch(*tensors)
+            except Exception as exc:  # a launch failure runs torch's formulation, once reported
+                _warn_once(self.fn.name, f"our kernel failed to launch ({type(exc).__name__}: {exc})")
+                plan.kernel, plan.launch, plan.reason = None, None, "kernel failed to launch"
+                return self._run(args, tensors)
+            _calls[self.fn.name]["ours"] += 1
+            return _pick(self.fn, outputs)
+        record(self.fn.name, reason)
+        return _pick(self.fn, plan.formulation(**dict(zip(plan.names, tensors))))
+
+    def _complete(self, args: tuple, kwargs: dict) -> tuple:
+        """The arguments in schema order, defaults filled in, lists as tuples."""
+        if len(args) < self._tensor_count + len(self._defaults) or kwargs:
+            names = self.fn.inputs + self._param_names
+            unknown = set(kwargs) - set(names)
+            if unknown:
+                raise TypeError(f"{self.fn.name}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+            if len(args) > len(names):
+                raise TypeError(f"{self.fn.name}() takes {len(names)} arguments, got {len(args)}")
+            missing = [n for n in self.fn.inputs[len(args):] if n not in kwargs]
+            if missing:
+                raise TypeError(f"{self.fn.name}() missing tensor argument {missing[0]!r}")
+            given = dict(zip(names, args), **kwargs)
+            args = tuple(given[n] for n in self.fn.inputs) + tuple(
+                given.get(n, d) for n, d in zip(self._param_names, self._defaults))
+        tensors = args[:self._tensor_count]
+        for name, t in zip(self.fn.inputs, tensors):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{self.fn.name}: {name} must be a tensor, got {type(t).__name__}")
+        return tensors + tuple(tuple(v) if isinstance(v, list) else v for v in args[self._tensor_count:])
+
+    @staticmethod
+    def _eager(tensors: tuple) -> bool:
+        """Whether a call may take the eager path: plain tensors, nothing tracing or transforming
+        them, no gradient to record."""
+        if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+            return False
+        grad = torch.is_grad_enabled()
+        for t in tensors:
+            if type(t) not in _PLAIN or (grad and t.requires_grad):
+                return False
+        return True
+
+    @staticmethod
+    def _wants_grad(tensors: tuple) -> bool:
+        return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+    def _plan_for(self, args: tuple, traced: bool = False) -> _Plan:
+        """The plan of calls like ``args``; ``traced``: of calls on fake tensors (the formulation
+        alone: nothing is built while tracing)."""
+        tensors = args[:self._tensor_count]
+        if traced:
+            key = (*((tuple(int(s) for s in t.shape), t.dtype, _META) for t in tensors), args[self._tensor_count:])
+        else:
+            key = (*((t.shape, t.dtype, t.device) for t in tensors), args[self._tensor_count:])
+        plan = self._plans.get(key)
+        if plan is None:
+            described = tuple((name, tuple(int(s) for s in t.shape), t.dtype) for name, t in zip(self.fn.inputs, tensors))
+            devices = tuple(_META if traced else t.device for t in tensors)
+            plan = _plan(self.fn, described, devices, tuple(zip(self._param_names, args[self._tensor_count:])))
+            self._plans[key] = plan
+        return plan
+
+    def kernel_for(self, *args: Any, **kwargs: Any) -> Any:
+        """The kernel an eager call with these arguments runs (None: torch's formulation)."""
+        args = self._complete(args, kwargs)
+        plan = self._plan_for(args)
+        tensors = args[:self._tensor_count]
+        if any(layout_problem(t) for t in tensors):
+            return None
+        return plan.kernel
+
+    # -- the traced and differentiated paths ------------------------------------------------------
+    def _define_custom_op(self):
+        fn = self.fn
+
+        # The dispatcher hands over int[] arguments as lists and leaves trailing defaults out.
+        def compute(*args):
+            args = self._complete(args, {})
+            tensors = args[:self._tensor_count]
+            return _unaliased(self._run(args, tensors), tensors)
+
+        def fake(*args):
+            args = self._complete(args, {})
+            tensors = args[:self._tensor_count]
+            # The workload needs concrete sizes (symbolic ones specialize here); the formulation
+            # itself runs on the fake, possibly symbolic, tensors.
+            plan = self._plan_for(args, traced=True)
+            return _unaliased(_pick(fn, plan.formulation(**dict(zip(plan.names, tensors)))), tensors)
+
+        op = torch.library.custom_op(fn.qualname, compute, mutates_args=fn.mutates, schema=fn.schema)
+        op.register_fake(fake)
+        if self._differentiable:
+            op.register_autograd(self._backward, setup_context=self._setup_context)
+        return op
+
+    def _setup_context(self, ctx, inputs, output):
+        inputs = self._complete(tuple(inputs), {})
+        ctx.save_for_backward(*inputs[:self._tensor_count])
+        ctx.params = inputs[self._tensor_count:]
+
+    def _backward(self, ctx, *grads):
+        """Torch's derivative of the op's formulation, recomputed from the saved inputs."""
+        saved = ctx.saved_tensors
+        wanted = [i for i, needs in enumerate(ctx.needs_input_grad[:self._tensor_count]) if needs]
+        plan = self._plan_for((*saved, *ctx.params), traced=True)
+        with torch.enable_grad():
+            inputs = [t.detach().requires_grad_(i in wanted) for i, t in enumerate(saved)]
+            outputs = _pick(self.fn, plan.formulation(**dict(zip(plan.names, inputs))))
+            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+            pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
+            found = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in wanted],
+                                        [g for _, g in pairs], allow_unused=True) if pairs else [None] * len(wanted)
+        result = [None] * (self._tensor_count + len(ctx.params))
+        for i, g in zip(wanted, found):
+            result[i] = g
+        return tuple(result)
+
+
+def define_function(fn: OpFunction) -> DropIn:
+    return DropIn(fn)

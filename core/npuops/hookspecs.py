@@ -10,12 +10,14 @@ and decorated with :data:`npuops.hookimpl`. Every hook is optional.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
+    import torch
+
     from .devices import Device
     from .impl import Implementation
     from .op import Op
@@ -38,3 +40,13 @@ def npuops_implementations(ops: Mapping[str, Op]) -> Iterable[Implementation]:
 @hookspec
 def npuops_devices() -> Iterable[Device]:
     """Devices (backends) this plugin makes available."""
+
+
+@hookspec
+def npuops_module_forwards() -> Iterable[Callable[[torch.nn.Module], Callable[..., Any] | None]]:
+    """Forward finders for :func:`npuops.patch`: each, given a model's module, returns a Python
+    function ``forward(module, *args, **kwargs)`` computing what the module's own forward computes, with this
+    plugin's functions, or None for a module it does not recognize (or cannot vouch for). The core
+    binds it to that one instance; the function should read the module's attributes at each call
+    (so later changes to them apply) and may call ``type(module).forward`` for calls it does not
+    cover."""

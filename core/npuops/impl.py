@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ TIERS = ("ours", "torch_eager", "torch_compile", "vendor", "open-source")
 BuildFn = Callable[["Op", "Workload", torch.device], Callable[..., Any]]
 SupportsFn = Callable[["Op", "Workload", "Device"], "str | None"]
 VariantsFn = Callable[["Op", "Workload"], "Sequence[Mapping[str, Any]]"]
+KeyFn = Callable[["Op", "Workload"], Hashable]
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class Implementation:
     default; a tuning run (``npuops run --tune``) checks every variant, times each and measures the
     fastest (near ties broken by the graph regime, see ``RunOptions.tuning_tie``), recording what it
     tried.
+
+    ``key(op, workload)``, where given, says which workloads one build serves: those of equal keys
+    (a kernel that takes sizes at launch serves every size whose launch it does not change). The
+    functions for model code build once per key; without it, once per workload.
     """
 
     op: str
@@ -51,6 +56,7 @@ class Implementation:
     description: str = ""
     plugin: str = ""
     variants: VariantsFn | None = None
+    key: KeyFn | None = None
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -64,6 +70,9 @@ class Implementation:
         if not (tune and self.variants):
             return [self.build(op, w, device)]
         return [self.build(op, w, device, config=config) for config in self.variants(op, w)]
+
+    def build_key(self, op: Op, w: Workload) -> Hashable:
+        return self.key(op, w) if self.key is not None else w.fingerprint
 
     def why_not(self, op: Op, w: Workload, device: Device) -> str | None:
         """None when this implementation can run ``w`` on ``device``; else the reason."""

@@ -6,14 +6,15 @@ TileLang is imported lazily: the core and the plugins load (and list, and run ba
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from .impl import Implementation, VariantsFn
+from .impl import Implementation, KeyFn, VariantsFn
 
 if TYPE_CHECKING:
     from .devices import Device
@@ -56,8 +57,13 @@ def compile_kernel(prim_func: Any, arch: str | None = None, pass_configs: Mappin
     target = dict(target) if target else cuda_target(arch)
     if target["kind"] != "cuda":
         prim_func = single_thread_layouts(prim_func)
+    # Kernels to run get TileLang's cython backend, whose host library :func:`launcher` calls
+    # directly; that library links the CUDA driver, so a machine without one (CI) builds with the
+    # default backend, which checks as much of the kernel.
+    backend = "cython" if target["kind"] == "cuda" and torch.cuda.is_available() else "auto"
     with tvm.target.Target(target):  # lowering needs the target as context without a GPU
-        return tilelang.compile(prim_func, target=target, pass_configs=dict(pass_configs or {}))
+        return tilelang.compile(prim_func, target=target, pass_configs=dict(pass_configs or {}),
+                                execution_backend=backend)
 
 
 def thread_owned(shape: Sequence[int], thread_dim: int) -> Any:
@@ -177,51 +183,165 @@ def layout_problem(tensor: torch.Tensor) -> str | None:
     return None
 
 
+def wide_indices(shape: Sequence[int]) -> bool:
+    """Whether a tensor of ``shape`` needs 64-bit element indices (a kernel whose sizes come at
+    launch declares them int32 otherwise)."""
+    return math.prod(shape) >= 2**31
+
+
 @dataclass(frozen=True)
 class KernelSpec:
-    """One compiled-per-workload kernel and how the op's inputs map onto it.
+    """One compiled kernel and how the op's inputs map onto it.
 
-    ``params`` are the kernel's parameters in order, each with the shape the kernel declares (op
-    inputs are viewed to it, which never copies a contiguous tensor). Those in ``outputs`` are
-    allocated per call; the rest are op inputs (possibly updated in place). ``returns`` names what
-    the op returns, each viewed to the given shape.
+    ``params`` are the kernel's parameters in order, each with the shape the kernel declares. A
+    dim may be a name: a size the kernel takes at launch (its ``T.dynamic`` of that name), so one
+    build serves every size there. An input's first dim stands for all its leading dims flattened
+    (a contiguous tensor is that shape without a copy); the others are its trailing dims, in order.
+    Those in ``outputs`` are allocated per call, their named sizes taken from the inputs' or from
+    ``derived`` (a function of the inputs' named sizes: an output size the inputs do not show);
+    the rest are op inputs (possibly updated in place). ``returns`` names what the op returns,
+    each viewed to the given shape, where a leading ``...`` stands for the first input's leading
+    dims (those its first kernel dim flattens).
     """
 
     prim_func: Any
-    params: tuple[tuple[str, tuple[int, ...]], ...]
+    params: tuple[tuple[str, tuple[int | str, ...]], ...]
     outputs: Mapping[str, torch.dtype]
-    returns: tuple[tuple[str, tuple[int, ...]], ...]
+    returns: tuple[tuple[str, tuple[Any, ...]], ...]
     config: Mapping[str, Any] = field(default_factory=dict)  # the launch configuration, recorded
     # TileLang pass options the kernel needs (e.g. tl.disable_thread_storage_sync for a kernel that
     # places its own barriers).
     pass_configs: Mapping[str, Any] = field(default_factory=dict)
+    derived: Callable[[Mapping[str, int]], Mapping[str, int]] | None = None
 
     def compile(self, device: torch.device, arch: str | None = None) -> Callable[..., Any]:
         """Compile and bind: the callable an implementation's build returns."""
         return self.bind(compile_kernel(self.prim_func, arch, self.pass_configs), device)
 
-    def bind(self, kernel: Any, device: torch.device) -> Callable[..., Any]:
-        shapes = dict(self.params)
-        order = [name for name, _ in self.params]
-        outputs = dict(self.outputs)
+    def bind(self, kernel: Any, device: torch.device) -> BoundKernel:
+        return BoundKernel(self, kernel, device)
 
-        def call(**inputs: torch.Tensor) -> Any:
-            args = {}
-            for name in order:
-                if name in outputs:
-                    args[name] = torch.empty(shapes[name], dtype=outputs[name], device=device)
-                else:
-                    tensor = inputs[name]
-                    problem = layout_problem(tensor)
-                    if problem:
-                        raise ValueError(f"input {name!r} {problem}")
-                    args[name] = tensor.view(shapes[name])
-            kernel(*(args[name] for name in order))
-            result = tuple(args[name].view(shape) for name, shape in self.returns)
-            return result[0] if len(result) == 1 else result
 
-        call.config = dict(self.config)  # the runner records it with each row
+class BoundKernel:
+    """A compiled :class:`KernelSpec` as the callable an implementation's build returns:
+    ``kernel(**inputs)`` checks the inputs' layout and sizes, allocates the outputs and launches;
+    :meth:`prepare` does the checking and sizing once for calls of one signature (model code's
+    hot path). ``config``: the launch configuration, which the runner records with each row."""
+
+    def __init__(self, spec: KernelSpec, kernel: Any, device: torch.device):
+        self.spec, self.device = spec, device
+        self.config = dict(spec.config)
+        self._launch = launcher(kernel, device, [shape for _, shape in spec.params])
+        self._positions = {name: i for i, (name, _) in enumerate(spec.params)}
+        self._inputs = [(i, name, shape) for i, (name, shape) in enumerate(spec.params) if name not in spec.outputs]
+
+    def _sizes(self, shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
+        """The named sizes inputs of ``shapes`` give (``derived`` ones too), every dim checked."""
+        sizes: dict[str, int] = {}
+        for _, name, shape in self._inputs:
+            bind_sizes(name, tuple(shapes[name]), shape, sizes)
+        if self.spec.derived is not None:
+            sizes.update(self.spec.derived(sizes))
+        return sizes
+
+    def _returned(self, shapes: Mapping[str, Sequence[int]], sizes: Mapping[str, int]) -> list[tuple[int, list[int]]]:
+        """(parameter position, shape) of each returned tensor, a leading ``...`` resolved."""
+        first, first_shape = self._inputs[0][1], self._inputs[0][2]
+        leading = list(shapes[first][:len(shapes[first]) - len(first_shape) + 1])
+        return [(self._positions[name], leading + resolved(shape[1:], sizes) if shape[:1] == (...,)
+                 else resolved(shape, sizes)) for name, shape in self.spec.returns]
+
+    def __call__(self, **given: torch.Tensor) -> Any:
+        for name, tensor in given.items():
+            problem = layout_problem(tensor)
+            if problem:
+                raise ValueError(f"input {name!r} {problem}")
+        return self.prepare(tuple(given), {name: tuple(t.shape) for name, t in given.items()})(*given.values())
+
+    def prepare(self, names: Sequence[str], shapes: Mapping[str, Sequence[int]]) -> Callable[..., Any]:
+        """``launch(*tensors)`` for inputs named ``names`` (in that order) of ``shapes``: contiguous,
+        16-byte aligned (the caller checks). Outputs are allocated in the shape they are returned
+        in, so nothing is viewed per call."""
+        sizes = self._sizes(shapes)
+        returned = dict(self._returned(shapes, sizes))
+        outputs = self.spec.outputs
+        slots = []  # per kernel parameter: the caller's tensor index, or the output (shape, dtype)
+        for i, (name, shape) in enumerate(self.spec.params):
+            if name in outputs:
+                slots.append((returned.get(i, resolved(shape, sizes)), outputs[name]))
+            else:
+                slots.append(names.index(name))
+        picks = [i for i in returned]
+        launch, device, values = self._launch.run, self.device, self._launch.sizes(sizes)
+
+        def call(*tensors: torch.Tensor) -> Any:
+            args = [tensors[slot] if type(slot) is int else torch.empty(slot[0], dtype=slot[1], device=device)
+                    for slot in slots]
+            launch(args, values)
+            return args[picks[0]] if len(picks) == 1 else tuple(args[i] for i in picks)
+
         return call
+
+
+def resolved(shape: Sequence[int | str], sizes: Mapping[str, int]) -> list[int]:
+    return [sizes[d] if isinstance(d, str) else d for d in shape]
+
+
+def bind_sizes(name: str, dims: Sequence[int], shape: Sequence[int | str], sizes: dict[str, int]) -> None:
+    """Record the sizes a tensor of ``dims`` gives ``shape``'s named dims in ``sizes`` (the first
+    dim: its leading dims flattened), checking its fixed dims and the names already bound. A shape
+    without names takes any tensor of as many elements (viewed to it)."""
+    if not any(isinstance(d, str) for d in shape):
+        if math.prod(dims) != math.prod(shape):
+            raise ValueError(f"input {name!r} has shape {list(dims)}, the kernel takes {list(shape)}")
+        return
+    trailing = len(shape) - 1
+    if len(dims) < trailing:
+        raise ValueError(f"input {name!r} has {len(dims)} dims, the kernel takes at least {trailing}")
+    actual = (math.prod(dims[:len(dims) - trailing]), *dims[len(dims) - trailing:])
+    for want, got in zip(shape, actual):
+        if isinstance(want, str):
+            if sizes.setdefault(want, got) != got:
+                raise ValueError(f"input {name!r} has {want} = {got} where another input has {sizes[want]}")
+        elif want != got:
+            raise ValueError(f"input {name!r} has shape {list(dims)}, the kernel takes {list(shape)}")
+
+
+class Launcher(NamedTuple):
+    """``run(tensors, sizes(named_sizes))`` runs a compiled kernel on its parameters (every one, in
+    order; contiguous) with its launch sizes, on the current stream of its device."""
+
+    run: Callable[[Sequence[torch.Tensor], Any], None]
+    sizes: Callable[[Mapping[str, int]], Any]
+
+
+def launcher(kernel: Any, device: torch.device, shapes: Sequence[Sequence[int | str]]) -> Launcher:
+    """How to launch ``kernel`` (see :class:`Launcher`). A kernel built
+    by TileLang's cython backend is launched through its host library's C entry point (the
+    tensors' addresses, the sizes, the stream): on the H200's host 20 us a call against 40 for
+    TileLang's tvm-ffi wrapper (h200 probe, session 27). Others (the CPU target's) are called as
+    TileLang calls them, each tensor viewed to the kernel's shape (``shapes``, sizes resolved)."""
+    names = [str(var) for var in getattr(getattr(kernel, "adapter", None), "dynamic_symbolic_map", None) or ()]
+    lib = getattr(getattr(kernel, "adapter", None), "lib", None)
+    if lib is None or device.type != "cuda":
+        return Launcher(lambda tensors, sizes: kernel(*(t.view(resolved(shape, sizes)) for t, shape in zip(tensors, shapes))),
+                        lambda sizes: sizes)
+    import ctypes
+
+    entry = lib.call
+    entry.argtypes = [ctypes.c_void_p] * len(kernel.params) + [
+        ctypes.c_int64 if str(var.dtype) == "int64" else ctypes.c_int32
+        for var in kernel.adapter.dynamic_symbolic_map] + [ctypes.c_void_p]
+    entry.restype = ctypes.c_int
+    current_stream = torch._C._cuda_getCurrentRawStream
+    index = device.index if device.index is not None else torch.cuda.current_device()
+
+    def launch(tensors: Sequence[torch.Tensor], sizes: Sequence[int]) -> None:
+        status = entry(*[t.data_ptr() for t in tensors], *sizes, current_stream(index))
+        if status:
+            raise RuntimeError(f"kernel launch failed: {lib.get_last_error().decode()}")
+
+    return Launcher(launch, lambda sizes: [sizes[n] for n in names])
 
 
 def tilelang_implementation(
@@ -231,6 +351,7 @@ def tilelang_implementation(
     name: str = "tilelang",
     description: str = "",
     variants: VariantsFn | None = None,
+    key: KeyFn | None = None,
 ) -> Implementation:
     """An ``ours``-tier implementation whose ``build`` compiles TileLang kernels for a workload
     (usually ``lambda op, w, device: spec(op, w).compile(device)`` for a :class:`KernelSpec`)."""
@@ -239,7 +360,8 @@ def tilelang_implementation(
         return why_tilelang_cannot_run(device) or (supports(op, w) if supports else None)
 
     return Implementation(op_name, name, "ours", build, devices=("cuda",), supports=why_not,
-                          description=description or "TileLang kernel, compiled per workload", variants=variants)
+                          description=description or "TileLang kernel, compiled per workload", variants=variants,
+                          key=key)
 
 
 def _build(op: Op, w: Workload, device: torch.device, config: Mapping[str, Any] | None = None) -> Callable[..., Any]:
@@ -250,15 +372,21 @@ def _variants(op: Op, w: Workload) -> Sequence[Mapping[str, Any]]:
     return op.tilelang_variants(w)
 
 
+def _key(op: Op, w: Workload) -> Any:
+    return op.kernel_key(w)
+
+
 def kernel_implementations(ops: Mapping[str, Op], package: str, description: str) -> list[Implementation]:
     """The ``ours`` implementation of every op of ``package`` that defines ``tilelang_build(w,
     device)`` (and ``kernel_unsupported(w)``, None where its kernel takes ``w``) and whose kernel
     covers at least one of its workloads. Ops that also define ``tilelang_variants(w)`` (launch
-    configurations, the default first) take ``tilelang_build(w, device, config)`` for each."""
+    configurations, the default first) take ``tilelang_build(w, device, config)`` for each; those
+    that define ``kernel_key(w)`` build once per key (see ``Implementation.key``)."""
     return [
         tilelang_implementation(op.name, _build, supports=lambda op, w: op.kernel_unsupported(w),
                                 description=getattr(op, "kernel_description", description),
-                                variants=_variants if callable(getattr(op, "tilelang_variants", None)) else None)
+                                variants=_variants if callable(getattr(op, "tilelang_variants", None)) else None,
+                                key=_key if callable(getattr(op, "kernel_key", None)) else None)
         for op in ops.values()
         if type(op).__module__.startswith(f"{package}.") and hasattr(op, "tilelang_build")
         and any(op.kernel_unsupported(w) is None for w in op.workloads)

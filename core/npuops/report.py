@@ -4,9 +4,9 @@ Terminal, markdown and HTML reports open with a summary per op and regime: the g
 the ratio, the slowest workload, how many workloads ours is behind on, and the geometric mean SOL.
 
 Per op and regime, one line per workload: Ratio (fastest alternative / ours, same regime, same
-run), ours' device time, every alternative with its time, throughput, % of the device limit (SOL)
-and what bounds it. Until an op has an implementation of ours, throughput and SOL are those of the
-fastest alternative (marked †).
+run), ours' device time, every alternative with its time (each with its kernel and call time where
+recorded), throughput, % of the device limit (SOL) and what bounds it. Until an op has an
+implementation of ours, throughput and SOL are those of the fastest alternative (marked †).
 """
 
 from __future__ import annotations
@@ -58,6 +58,11 @@ def _median(row: dict[str, Any]) -> float:
 def kernel_ms(row: dict[str, Any]) -> float | None:
     """The row's median kernel time (``npuops run --kernel-time``), if it has one."""
     return (row.get("kernel_time") or {}).get("median_ms")
+
+
+def call_ms(row: dict[str, Any]) -> float | None:
+    """The row's median wall time per back-to-back call (eager rows since ``call_time`` was recorded)."""
+    return (row.get("call_time") or {}).get("median_ms")
 
 
 def row_metrics(row: dict[str, Any], limits: dict[str, Any] | None) -> dict[str, Any]:
@@ -207,6 +212,7 @@ def json_records(results: Results) -> list[dict[str, Any]]:
                 "family": e.family, "op": e.op, "workload": e.workload, "impl": row["impl"],
                 "tier": row["tier"], "regime": e.regime, "status": row["status"],
                 "median_ms": _median(row) if ok else None, "kernel_ms": kernel_ms(row) if ok else None,
+                "call_ms": call_ms(row) if ok else None,
                 "ratio": ratio, "kernel_ratio": by_kernels,
                 "sol_pct": metrics.get("sol_pct"), "kernel_sol_pct": metrics.get("kernel_sol_pct"),
                 "bound": metrics.get("bound"),
@@ -236,9 +242,10 @@ def ratio_class(ratio: float | None) -> str:
 
 
 def time_text(row: dict[str, Any]) -> str:
-    """The row's median device time, and its kernel time where it has one."""
-    kernels = kernel_ms(row)
-    return fmt_ms(_median(row)) + _kernels_suffix(kernels, fmt_ms)
+    """The row's median device time, then its kernel time and its call time where it has them:
+    "0.0043 (kernels 0.0018, call 0.0110)"."""
+    beside = [f"{name} {fmt_ms(ms)}" for name, ms in (("kernels", kernel_ms(row)), ("call", call_ms(row))) if ms is not None]
+    return fmt_ms(_median(row)) + (f" ({', '.join(beside)})" if beside else "")
 
 
 def alternative_cells(e: Entry) -> list[tuple[str, str]]:
@@ -300,11 +307,14 @@ FOOTNOTE = "† no implementation of ours yet: throughput and SOL of the fastest
 KERNELS_NOTE = ("(kernels t): the call's device activity alone, as the profiler reports it (npuops run --kernel-time); "
                 "SOL (kernels p%): the same limit against that time; ratios and the summary (kernels ...): the same "
                 "comparison by kernel time, where ours and every alternative have one.")
+CALL_NOTE = ("(call t): wall time per call of eager calls made back to back, neither flushed nor held: what a model "
+             "running eagerly pays per call, never less than the call's host cost (docs/timing.md).")
 
 
 def footnote(entries: list[Entry]) -> str:
-    has_kernels = any(kernel_ms(row) is not None for e in entries for row in e.rows if row["status"] == "ok")
-    return f"{FOOTNOTE} {KERNELS_NOTE}" if has_kernels else FOOTNOTE
+    ok = [row for e in entries for row in e.rows if row["status"] == "ok"]
+    notes = [(KERNELS_NOTE, kernel_ms), (CALL_NOTE, call_ms)]
+    return " ".join([FOOTNOTE] + [note for note, figure in notes if any(figure(row) is not None for row in ok)])
 
 
 HEADERS = ("Workload", "Ratio alt/ours", "Device time ms", "Alternatives (name · tier: ms)", "Throughput", "SOL", "Bound")

@@ -33,7 +33,7 @@ from .impl import Implementation
 from .op import Op
 from .registry import Registry, load_registry
 from .results import ResultsWriter, git_revision, read_results, row_key
-from .timing import REGIMES, NoDeviceActivity, TimingOptions, kernel_time, measure
+from .timing import REGIMES, NoDeviceActivity, TimingOptions, call_time, kernel_time, measure
 from .workload import Workload
 
 _GIB = 1 << 30
@@ -292,6 +292,9 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
                     call = functools.partial(fn, **inputs)
                     timing = measure(call, device, regime, options.timing, capture=impl.graph_capturable)
                     row = {**rows.pop(regime), "status": "ok", "timing": timing.to_dict(), "check": checked, "build_s": build_s}
+                    if regime == "eager":  # what a model pays per call beside the device time; a replay has no host path
+                        begin("call time")
+                        row["call_time"] = call_time(call, device, options.timing).to_dict()
                     if options.kernel_time:
                         begin(f"kernel time ({regime})")
                         try:

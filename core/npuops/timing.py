@@ -9,6 +9,9 @@ median is stable or the budget is spent. Regimes:
 - ``graph``: the callable captured once in a device graph, replayed each iteration (still cold:
   the flush runs before every replay).
 
+:func:`call_time` times what an eager model pays per call instead: calls back to back, neither
+flushed nor held, so the host's cost of a call counts wherever it exceeds the device's time.
+
 :func:`kernel_time` reads the same call's device activity from the device's profiler instead (CUPTI
 on CUDA): from its first kernel's start to its last one's end, no event or launch cost counted.
 """
@@ -35,6 +38,8 @@ class TimingOptions:
     budget_s: float = 0.5  # wall time per measurement before giving up on stability
     warmup_s: float = 0.2
     hold_min_s: float = 50e-6
+    call_loop_s: float = 0.005  # call time: back-to-back calls per loop double until a loop takes this long
+    call_loops: int = 5  # call time: loops timed, their median per-call time kept
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,40 @@ def measure(
         hold_us=hold_s * 1e6 if held else None,
         clock_mhz=device.clock_mhz(),
     )
+
+
+@dataclass(frozen=True)
+class CallTime:
+    median_ms: float  # per call, of the loops: each one's wall time over its calls
+    min_ms: float
+    calls: int  # back to back in each loop
+    n: int  # loops
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def call_time(call: Callable[[], Any], device: Device, options: TimingOptions = TimingOptions()) -> CallTime:
+    """Wall time per call of calls made back to back, neither flushed nor held, one synchronize
+    after the last: what a model running eagerly pays per call among its other launches, the
+    longer of the call's host cost and its device time. The calls per loop double until a loop
+    takes ``options.call_loop_s``, which spreads the synchronize and the clock's resolution thin.
+    Eager only: a graph replay has no host path in front of its kernels."""
+    warm_up(call, device, options.warmup_s)
+
+    def loop(calls: int) -> float:
+        """Seconds per call of ``calls`` calls and one synchronize."""
+        started = time.perf_counter()
+        for _ in range(calls):
+            call()
+        device.synchronize()
+        return (time.perf_counter() - started) / calls
+
+    calls = 1
+    while loop(calls) * calls < options.call_loop_s:
+        calls *= 2
+    samples = [loop(calls) * 1e3 for _ in range(options.call_loops)]
+    return CallTime(median_ms=statistics.median(samples), min_ms=min(samples), calls=calls, n=len(samples))
 
 
 @dataclass(frozen=True)

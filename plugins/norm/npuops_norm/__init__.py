@@ -1,5 +1,6 @@
 """npuops normalization family (plugin ``norm``): the ops, their workloads and our kernels, and
-the functions to call from model code (``npuops_norm.rms_norm(x, weight, eps)``, ...)."""
+the functions to call from model code (``npuops_norm.rms_norm(x, (hidden,), weight, eps)``, as
+``torch.nn.functional.rms_norm``, ...)."""
 
 from .functional import (
     ada_layer_norm,
@@ -11,6 +12,7 @@ from .functional import (
     l2_norm,
     layer_norm,
     layer_norm_quant,
+    normalize,
     qk_norm,
     rms_norm,
     rms_norm_quant,
@@ -19,6 +21,6 @@ from .functional import (
 
 __all__ = [
     "ada_layer_norm", "fused_add_layer_norm", "fused_add_rms_norm", "gemma_rms_norm", "group_rms_norm",
-    "l1_norm", "l2_norm", "layer_norm", "layer_norm_quant", "qk_norm", "rms_norm", "rms_norm_quant",
+    "l1_norm", "l2_norm", "layer_norm", "layer_norm_quant", "normalize", "qk_norm", "rms_norm", "rms_norm_quant",
     "weight_norm",
 ]

@@ -1,5 +1,5 @@
 """Entry point of the ``norm`` plugin: its ops with their catalog workloads, our kernels and
-Liger-Kernel's where installed."""
+Liger-Kernel's where installed, and the norm modules :func:`npuops.patch` can swap."""
 
 from npuops import hookimpl, package_ops
 from npuops.kernels import kernel_implementations
@@ -15,3 +15,10 @@ def npuops_ops():
 @hookimpl
 def npuops_implementations(ops):
     return liger_implementations(ops) + kernel_implementations(ops, __package__, "TileLang row kernel")
+
+
+@hookimpl
+def npuops_module_forwards():
+    from .modules import norm_forward  # imported on use: it defines the functions' custom ops
+
+    return [norm_forward]

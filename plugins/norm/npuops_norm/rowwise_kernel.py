@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 from npuops.kernels import (EVICT_LAST_LOAD, H200_SMS, VECTOR_BYTES, KernelSpec, load_vectors_evict_last,
-                            tilelang_dtype)
+                            tilelang_dtype, wide_indices)
 
 from .block_reduce import (block_reducer, cluster_kernel, cluster_split, exchange_barrier_initializer, exchange_slots,
                            group_major, group_values, moments_reducer, reduces_groups, vector_elements)
@@ -184,6 +184,20 @@ class RowNorm:
     # x viewed as [segments, rows, hidden]: each row's statistic spans all its segments
     # (normalizing over dims 0 and 2 of a 3-D tensor, as L2NormFwd with dim=[0, 2]).
     segments: int = 1
+
+
+def row_class(rows: int) -> int:
+    """Which of the launch rule's row-count classes ``rows`` falls in (every decision of the rule
+    and of :func:`launch_variants` that depends on the row count is one of these thresholds): a
+    build for one row count serves every other of its class, the count given at launch."""
+    return sum(rows > limit for limit in (FEW_ROWS, ONE_WAVE_ROWS, ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM))
+
+
+def launch_key(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> tuple:
+    """What a kernel of :func:`rowwise_kernel` for rows of ``shape`` depends on (its row count is
+    given at launch): rows of equal keys share a build."""
+    rows = math.prod(shape[:-1]) // spec.segments
+    return (spec, dtype, shape[-1], shape[0] if spec.segments > 1 else None, row_class(rows), wide_indices(shape))
 
 
 def row_cluster(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[int, int] | None:
@@ -418,7 +432,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         raise ValueError("a row held in f32 must be a plain mean-and-variance row without a residual, in registers")
     if pipelined and (not pipelinable(spec) or cluster > 1 or staged or chunked or masked):
         raise ValueError("a pipelined row must be one plain unpadded row a block in registers, with no residual")
-    grid = min(rows, H200_SMS * min_blocks) if pipelined else rows  # blocks (each a row, or pipelined: several)
+    # The row count is a launch argument: one build serves every row count whose launch decisions
+    # (made above for ``shape``'s) are the same (``row_class``); int64 indices past 2^31 elements.
+    row_count = T.dynamic("rows", "int64" if wide_indices(shape) else "int32")
+    # blocks (each a row, or pipelined: several)
+    grid = T.min(row_count, H200_SMS * min_blocks) if pipelined else row_count
     vec = vector_elements(span, threads, dtype.itemsize)
     vectors = span // (threads * vec)
     if cluster > 1 and (not plain or hidden % cluster or masked):
@@ -436,7 +454,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
         raise ValueError(f"rows loaded with the evict_last hint must be unpadded, in registers, one block a row and "
                          f"whole 16-byte vectors a thread, got {G} groups of {m} over {threads} threads"
                          f"{', staged' if staged else ''}{f', {cluster} blocks a row' if cluster > 1 else ''}")
-    rows_per_sample = rows // samples
+    rows_per_sample = row_count // samples
     # Where this block's slice of the row starts: bound when the kernel's block index is (a cluster
     # splits the row; otherwise 0).
     slice_start = {"column": 0}
@@ -604,7 +622,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             T.sync_threads()
         elif pending is not None:  # pipelined: the row arrived in ``pending``, which now takes the next
             load_row(raw, lambda g, j: pending[g, j])
-            if row + grid < rows:
+            if row + grid < row_count:
                 stream_row(pending, lambda g, j: X[at(row + grid, g, j)])
         else:
             stream_row(raw, lambda g, j: X[at(row, g, j)])
@@ -721,11 +739,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 if not masked or j < n:
                     Q[at(row, g, j)] = q[g, j]
 
-    row_shape, vec_shape = ((segs, rows, hidden) if segs > 1 else (rows, hidden)), (hidden,)
+    row_shape, vec_shape = ((segs, row_count, hidden) if segs > 1 else (row_count, hidden)), (hidden,)
     params: list[tuple[str, tuple[int, ...]]] = []
 
-    def arg(name: str, shape: tuple[int, ...], type_: str = dt):
-        params.append((name, shape))
+    def arg(name: str, shape: tuple, type_: str = dt):
+        params.append((name, tuple("rows" if d is row_count else d for d in shape)))
         return T.arg(name, T.Tensor(shape, type_))
 
     @T.prim_func
@@ -742,9 +760,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             B = arg("bias", vec_shape) if spec.bias else None
             Shift = arg("shift", (samples, hidden)) if spec.modulated else None
             Scale = arg("scale", (samples, hidden)) if spec.modulated else None
-            Gain = arg("g", (rows, 1)) if spec.stat == "l2_gain" else None
+            Gain = arg("g", (row_count, 1)) if spec.stat == "l2_gain" else None
             if spec.quant_min_scale is not None:
-                Q, S = arg("q", row_shape, "int8"), arg("scale_out", (rows, 1), F32)
+                Q, S = arg("q", row_shape, "int8"), arg("scale_out", (row_count, 1), F32)
             else:
                 Y = arg("y", row_shape)
         with cluster_kernel(grid * cluster, cluster, threads, 2 if spec.pair else 1,
@@ -765,8 +783,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             elif pipelined:
                 pending = row_fragment(dt)
                 stream_row(pending, lambda g, j: X[at(block, g, j)])
-                for i in T.serial(-(-rows // grid)):
-                    if block + i * grid < rows:
+                for i in T.serial(T.ceildiv(row_count, grid)):
+                    if block + i * grid < row_count:
                         if spec.quant_min_scale is not None:
                             normalize_row(X, W, B, R, Shift, Scale, Gain, None, Q, S, block + i * grid, pending)
                         else:
@@ -778,11 +796,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                 normalize_row(X, W, B, R, Shift, Scale, Gain, Y, None, None, row)
 
     if spec.pair:
-        returns = (("q_out", shape), ("k_out", shape))
+        returns = (("q_out", (..., hidden)), ("k_out", (..., hidden)))
     elif spec.quant_min_scale is not None:
-        returns = (("q", shape), ("scale_out", (*shape[:-1], 1)))
+        returns = (("q", (..., hidden)), ("scale_out", (..., 1)))
     else:
-        returns = (("y", shape),) + ((("residual", shape),) if spec.residual else ())
+        returns = (("y", (..., hidden)),) + ((("residual", (..., hidden)),) if spec.residual else ())
     if spec.pair:  # QK-norm's inputs are named q and k: outputs are told apart by name, not by role
         outputs = {"q_out": dtype, "k_out": dtype}
     elif spec.quant_min_scale is not None:

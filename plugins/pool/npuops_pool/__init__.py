@@ -1,5 +1,6 @@
 """npuops pooling family (plugin ``pool``): the ops, their workloads and our kernels, and the
-functions to call from model code (``npuops_pool.max_pool2d(x, 3, 2, 1)``, ...)."""
+functions to call from model code, drop-ins for ``torch.nn.functional``'s
+(``npuops_pool.max_pool2d(x, 3, 2, 1)``, ...)."""
 
 from .functional import (
     adaptive_avg_pool2d,

@@ -1,4 +1,5 @@
-"""Entry point of the ``pool`` plugin: its ops with their catalog workloads, and our kernels."""
+"""Entry point of the ``pool`` plugin: its ops with their catalog workloads, our kernels, and the
+pooling modules :func:`npuops.patch` can swap."""
 
 from npuops import hookimpl, package_ops
 from npuops.kernels import kernel_implementations
@@ -13,3 +14,10 @@ def npuops_ops():
 def npuops_implementations(ops):
     return kernel_implementations(ops, __package__, "TileLang pooling: input rows staged in shared memory, a thread per "
                                   "output visiting its taps, or whole planes staged for global windows")
+
+
+@hookimpl
+def npuops_module_forwards():
+    from .modules import pool_forward  # imported on use: it defines the functions' custom ops
+
+    return [pool_forward]

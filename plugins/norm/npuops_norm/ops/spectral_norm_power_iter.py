@@ -53,6 +53,9 @@ class SpectralNormPowerIterFwd(RowwiseNormOp):
 
         return launch_variants(*w.shapes["x"], w.dtype_of("x"))
 
+    def kernel_key(self, w):
+        return w.fingerprint  # its kernels are built for one shape
+
     def tilelang_build(self, w, device, config=None):
         from ..spectral_kernel import build_power_iteration
 

@@ -1,0 +1,89 @@
+"""Model norm modules this family can run (for :func:`npuops.patch`): ``torch.nn.LayerNorm`` and
+``torch.nn.RMSNorm`` with their weights, and Hugging Face's RMSNorm modules, recognized without
+importing transformers.
+
+Hugging Face defines one RMSNorm class per model (``LlamaRMSNorm``, ``Qwen2RMSNorm``,
+``GemmaRMSNorm``, ...). A module is a candidate when its class name ends in ``RMSNorm`` and it has a
+1-D ``weight`` parameter and a float ``variance_epsilon`` (Llama, Mistral, Qwen2/3, ...) or ``eps``
+(Gemma, Qwen3-Next, ...). The name does not say which formula the class computes — Gemma's and
+Qwen3-Next's scale by ``1 + weight``, Llama's by ``weight`` — so the module's own forward is run
+once on a random fp32 input and compared with both: it becomes :func:`rms_norm` or
+:func:`gemma_rms_norm`, or is left alone if it matches neither.
+
+Rounding differs slightly from Llama's: ``LlamaRMSNorm`` normalizes in fp32, casts to the input
+dtype, then multiplies by the weight in that dtype (two roundings in bf16); ``rms_norm`` multiplies
+in fp32 and casts once, so its output is as close or closer to the fp32 model's. Gemma's forward
+already multiplies in fp32, as ``gemma_rms_norm`` does.
+"""
+
+import torch
+
+from .functional import gemma_rms_norm, layer_norm, rms_norm
+
+
+def _layer_norm_forward(module, input):
+    return layer_norm(input, module.normalized_shape, module.weight, module.bias, module.eps)
+
+
+def _rms_norm_forward(module, input):
+    return rms_norm(input, module.normalized_shape, module.weight, module.eps)
+
+
+def _hf_forward(form, norm, eps_attribute):
+    def forward(module, hidden_states):
+        weight = module.weight
+        if hidden_states.dtype != weight.dtype:  # mixed dtypes: the class decides its output dtype
+            return type(module).forward(module, hidden_states)
+        return norm(hidden_states, weight, getattr(module, eps_attribute))
+
+    forward.__name__ = forward.__qualname__ = f"{form}_forward"
+    return forward
+
+
+_HF_NORMS = {
+    "rms_norm": lambda x, weight, eps: rms_norm(x, weight.shape, weight, eps),
+    "gemma_rms_norm": gemma_rms_norm,
+}
+_HF_FORWARDS = {(form, attribute): _hf_forward(form, norm, attribute)
+                for form, norm in _HF_NORMS.items() for attribute in ("variance_epsilon", "eps")}
+
+
+def _hf_formula(module, weight, eps):
+    """Which of our norms the module's own forward computes, from one call on a random fp32 input
+    (None: neither, or the call failed)."""
+    if weight.device.type == "meta":
+        return None
+    x = torch.randn(4, weight.shape[0], generator=torch.Generator().manual_seed(0)).to(weight.device)
+    try:
+        with torch.no_grad():
+            got = type(module).forward(module, x)
+    except Exception:
+        return None
+    if not isinstance(got, torch.Tensor) or got.shape != x.shape:
+        return None
+    w = weight.detach().float()
+    normalized = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    for form, scale in (("rms_norm", w), ("gemma_rms_norm", 1 + w)):
+        if torch.allclose(got.float(), normalized * scale, rtol=1e-3, atol=1e-4):
+            return form
+    return None
+
+
+def norm_forward(module):
+    """Our forward for ``module`` if it is a norm this family runs, else None."""
+    cls = type(module)
+    if isinstance(module, torch.nn.LayerNorm):
+        # subclasses that override forward (an fp32 upcast, say) compute something else
+        ok = cls.forward is torch.nn.LayerNorm.forward and module.weight is not None and module.bias is not None
+        return _layer_norm_forward if ok else None
+    if isinstance(module, torch.nn.RMSNorm):
+        ok = cls.forward is torch.nn.RMSNorm.forward and module.weight is not None
+        return _rms_norm_forward if ok else None
+    if not cls.__name__.endswith("RMSNorm"):
+        return None
+    weight = getattr(module, "weight", None)
+    attribute = next((a for a in ("variance_epsilon", "eps") if isinstance(getattr(module, a, None), float)), None)
+    if not isinstance(weight, torch.nn.Parameter) or weight.dim() != 1 or attribute is None:
+        return None
+    form = _hf_formula(module, weight, getattr(module, attribute))
+    return _HF_FORWARDS[form, attribute] if form else None

@@ -1,0 +1,183 @@
+"""What model code pays per call: every public function of the norm, pool and top-k families
+against its torch equivalent, on every catalog workload, launched back to back with no hold.
+
+For each (function, workload): ``host`` is the Python time to issue one call (the loop's time
+before the final synchronize, over the calls), ``call`` the wall time per call including that
+synchronize (max of host and device time, roughly: what an eager model sees). Then the first call
+of new shapes: ``rms_norm`` over 100 distinct row counts (1 to 16384, 4096 wide, bf16) and
+``max_pool2d`` over 20 image sizes with one window, counting the kernels built.
+
+    python scripts/bench-functions.py --out results.json   # on a CUDA machine
+
+Not a test: it times. The JSON holds every figure; the table printed last summarizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import platform
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import npuops_norm
+import npuops_pool
+import npuops_topk
+from npuops import InputRNG
+from npuops.functional import built_kernels, coverage, reset_coverage
+from npuops.registry import load_registry
+
+FAMILIES = ("norm", "pool", "topk")
+DROP_INS = {  # op -> (ours, torch's), each called with the op's inputs and config
+    "RMSNormFwd": (lambda i, c: npuops_norm.rms_norm(i["x"], i["x"].shape[-1:], i["weight"], c["eps"]),
+                   lambda i, c: F.rms_norm(i["x"], i["x"].shape[-1:], i["weight"], c["eps"])),
+    "LayerNormFwd": (lambda i, c: npuops_norm.layer_norm(i["x"], i["x"].shape[-1:], i["weight"], i["bias"], c["eps"]),
+                     lambda i, c: F.layer_norm(i["x"], i["x"].shape[-1:], i["weight"], i["bias"], c["eps"])),
+    "L2NormFwd": (lambda i, c: npuops_norm.normalize(i["x"], 2.0, c["dim"], c["eps"]),
+                  lambda i, c: F.normalize(i["x"], 2.0, c["dim"], c["eps"])),
+    "L1NormFwd": (lambda i, c: npuops_norm.normalize(i["x"], 1.0, c["dim"], c["eps"]),
+                  lambda i, c: F.normalize(i["x"], 1.0, c["dim"], c["eps"])),
+}
+OP_FUNCTIONS = {  # ops with no torch function: ours against the op's torch formulation
+    "GemmaRMSNormFwd": npuops_norm.gemma_rms_norm, "GroupRMSNormFwd": npuops_norm.group_rms_norm,
+    "FusedAddRMSNormFwd": npuops_norm.fused_add_rms_norm, "FusedAddLayerNormFwd": npuops_norm.fused_add_layer_norm,
+    "RMSNormQuantFwd": npuops_norm.rms_norm_quant, "LayerNormQuantFwd": npuops_norm.layer_norm_quant,
+    "QKNormFwd": npuops_norm.qk_norm, "AdaLayerNormFwd": npuops_norm.ada_layer_norm,
+    "WeightNormFwd": npuops_norm.weight_norm, "TopkSelectorFwd": npuops_topk.topk_selector,
+}
+POOLS = {  # op -> (ours, torch's): F's signature, called with the workload's F arguments
+    "MaxPool1dFwd": (npuops_pool.max_pool1d, F.max_pool1d), "MaxPool2dFwd": (npuops_pool.max_pool2d, F.max_pool2d),
+    "MaxPool3dFwd": (npuops_pool.max_pool3d, F.max_pool3d), "AvgPool1dFwd": (npuops_pool.avg_pool1d, F.avg_pool1d),
+    "AvgPool2dFwd": (npuops_pool.avg_pool2d, F.avg_pool2d), "AvgPool3dFwd": (npuops_pool.avg_pool3d, F.avg_pool3d),
+    "AdaptiveAvgPool2dFwd": (npuops_pool.adaptive_avg_pool2d, F.adaptive_avg_pool2d),
+    "AdaptiveMaxPool2dFwd": (npuops_pool.adaptive_max_pool2d, F.adaptive_max_pool2d),
+}
+
+
+def calls(op, w, inputs):
+    """(ours, torch's) as callables of no arguments for workload ``w``."""
+    cfg = op.config(w)
+    if op.name in DROP_INS:
+        ours, theirs = DROP_INS[op.name]
+        return (lambda: ours(inputs, cfg)), (lambda: theirs(inputs, cfg))
+    if op.name in POOLS:
+        ours, theirs = POOLS[op.name]
+        names = inspect.signature(ours).parameters
+        args = {k: v for k, v in cfg.items() if k in names and k != "input"}
+        return (lambda: ours(inputs["input"], **args)), (lambda: theirs(inputs["input"], **args))
+    fn = OP_FUNCTIONS[op.name]
+    tensors = [inputs[n] for n in fn.fn.inputs]
+    params = [cfg[p] for p, _ in fn.fn.params]
+    formulation = op.torch_impl(w)
+    return (lambda: fn(*tensors, *params)), (lambda: formulation(**inputs))
+
+
+def per_call(fn, device, reps=7):
+    """(host µs, call µs) per call: medians over ``reps`` loops of back-to-back calls."""
+    fn()
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize(device)
+    one = time.perf_counter() - start
+    count = max(5, min(300, int(3e-3 / max(one, 1e-6))))
+    hosts, walls = [], []
+    for _ in range(reps):
+        start = time.perf_counter()
+        for _ in range(count):
+            fn()
+        issued = time.perf_counter()
+        torch.cuda.synchronize(device)
+        done = time.perf_counter()
+        hosts.append((issued - start) / count * 1e6)
+        walls.append((done - start) / count * 1e6)
+    return statistics.median(hosts), statistics.median(walls)
+
+
+def first_calls(name, shapes, make, device):
+    """First-call wall time (ms) of each shape and the kernels built doing them."""
+    before = built_kernels()
+    times = []
+    for shape in shapes:
+        fn = make(shape)
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return {"function": name, "shapes": len(shapes), "built": built_kernels() - before,
+            "first_call_ms": {"max": max(times), "median": statistics.median(times), "first": times[0]},
+            "times_ms": times}
+
+
+def new_shapes(device, families):
+    rng = torch.Generator().manual_seed(0)
+    rows = sorted({1, 16384, *torch.randint(1, 16385, (200,), generator=rng).tolist()})
+    rows = [1, 16384, *[r for r in rows if r not in (1, 16384)][:98]]
+    weight = torch.randn(4096, device=device, dtype=torch.bfloat16)
+
+    def norm_call(r):
+        x = torch.randn(r, 4096, device=device, dtype=torch.bfloat16)
+        return lambda: npuops_norm.rms_norm(x, (4096,), weight, 1e-6)
+
+    sizes = [20 + 12 * i for i in range(20)]
+
+    def pool_call(s):
+        x = torch.randn(8, 64, s, s, device=device, dtype=torch.bfloat16)
+        return lambda: npuops_pool.max_pool2d(x, 3, 2, 1)
+
+    return [first_calls("rms_norm", rows, norm_call, device) if "norm" in families else None,
+            first_calls("max_pool2d", sizes, pool_call, device) if "pool" in families else None]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="JSON results file")
+    parser.add_argument("--family", action="append", choices=FAMILIES, help="norm, pool, topk (default: all)")
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    registry = load_registry()
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "host": platform.processor(),
+               "new_shapes": [r for r in new_shapes(device, args.family or FAMILIES) if r], "per_call": []}
+    reset_coverage()
+    ops = [op for op in registry.ops.values() if op.name in {**DROP_INS, **OP_FUNCTIONS, **POOLS}
+           and (not args.family or op.family in args.family)]
+    for op in ops:
+        for w in op.workloads:
+            try:
+                inputs = op.make_inputs(w, InputRNG(device, seed=1))
+                ours, theirs = calls(op, w, inputs)
+                ours_host, ours_call = per_call(ours, device)
+                torch_host, torch_call = per_call(theirs, device)
+            except Exception as exc:  # a row that cannot run is reported, the others go on
+                print(f"{op.name:22s} {w.id:4s} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+                results["per_call"].append({"op": op.name, "workload": w.id, "error": f"{type(exc).__name__}: {exc}"})
+                torch.cuda.empty_cache()
+                continue
+            row = {"op": op.name, "workload": w.id, "ours_host_us": ours_host, "ours_call_us": ours_call,
+                   "torch_host_us": torch_host, "torch_call_us": torch_call}
+            results["per_call"].append(row)
+            print(f"{op.name:22s} {w.id:4s} ours {ours_call:8.2f} us (host {ours_host:6.2f})  "
+                  f"torch {torch_call:8.2f} us (host {torch_host:6.2f})  ratio {torch_call / ours_call:5.2f}",
+                  flush=True)
+            del inputs
+    results["coverage"] = coverage()
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    rows = [r for r in results["per_call"] if "error" not in r]
+    slower = [r for r in rows if r["ours_call_us"] > r["torch_call_us"]]
+    host_over = [r for r in rows if r["ours_host_us"] > 1.2 * r["torch_host_us"]]
+    print(f"\n{len(rows)} rows: ours slower per call on {len(slower)}; host cost over 1.2x torch's on {len(host_over)}")
+    for r in slower:
+        print(f"  slower: {r['op']} {r['workload']}: {r['ours_call_us']:.2f} against {r['torch_call_us']:.2f} us")
+    for shapes in results["new_shapes"]:
+        print(f"{shapes['function']}: {shapes['shapes']} new shapes built {shapes['built']} kernels; first call "
+              f"max {shapes['first_call_ms']['max']:.1f} ms, median {shapes['first_call_ms']['median']:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
