@@ -109,9 +109,12 @@ def first_calls(name, shapes, make, device):
         fn()
         torch.cuda.synchronize(device)
         times.append((time.perf_counter() - start) * 1e3)
-    return {"function": name, "shapes": len(shapes), "built": built_kernels() - before,
-            "first_call_ms": {"max": max(times), "median": statistics.median(times), "first": times[0]},
-            "times_ms": times}
+    result = {"function": name, "shapes": len(shapes), "built": built_kernels() - before,
+              "first_call_ms": {"max": max(times), "median": statistics.median(times), "first": times[0]},
+              "times_ms": times}
+    print(f"{name}: {len(shapes)} new shapes built {result['built']} kernels; first call max {max(times):.1f} ms, "
+          f"median {statistics.median(times):.2f} ms", flush=True)
+    return result
 
 
 def new_shapes(device, families):
@@ -144,8 +147,9 @@ def main():
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "host": platform.processor(),
                "new_shapes": [r for r in new_shapes(device, args.family or FAMILIES) if r], "per_call": []}
     reset_coverage()
-    ops = [op for op in registry.ops.values() if op.name in {**DROP_INS, **OP_FUNCTIONS, **POOLS}
-           and (not args.family or op.family in args.family)]
+    # The drop-ins for torch's functions first, then the ops torch has no function for.
+    ops = [registry.op(name) for name in (*DROP_INS, *POOLS, *OP_FUNCTIONS)
+           if name in registry.ops and (not args.family or registry.op(name).family in args.family)]
     for op in ops:
         for w in op.workloads:
             try:

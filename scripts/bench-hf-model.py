@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda")
     p.add_argument("--arch", choices=sorted(ARCHS), default="llama")
     p.add_argument("--tokens", type=ints, default=[1, 512, 2048], help="prompt lengths timed warm")
-    p.add_argument("--unseen", type=ints, default=[777, 1500], help="prompt lengths first seen when timed")
+    p.add_argument("--unseen", type=ints, default=[700, 900, 1100, 1300, 1500, 1700], help="prompt lengths first seen when timed")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--heads", type=int, default=32)

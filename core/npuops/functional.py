@@ -97,8 +97,13 @@ def torch_call(function: str, reason: str, torch_function: Callable[..., Any], *
 def coverage() -> dict[str, dict[str, Any]]:
     """Per function called since the last :func:`reset_coverage`: how many calls ran our kernel
     (``ours``), how many torch's formulation (``torch``), and why, per reason (``why``)."""
+    calls = defaultdict(Counter, {name: Counter(counts) for name, counts in _calls.items()})
+    for function in _functions:
+        for plan in function._plans.values():
+            if plan.launches:
+                calls[function.fn.name]["ours"] += plan.launches
     report = {}
-    for name, counts in sorted(_calls.items()):
+    for name, counts in sorted(calls.items()):
         why = {reason: n for reason, n in counts.items() if reason != "ours"}
         report[name] = {"ours": counts["ours"], "torch": sum(why.values()), "why": why}
     return report
@@ -106,6 +111,9 @@ def coverage() -> dict[str, dict[str, Any]]:
 
 def reset_coverage() -> None:
     _calls.clear()
+    for function in _functions:
+        for plan in function._plans.values():
+            plan.launches = 0
 
 
 def _warn_once(function: str, what: str) -> None:
@@ -171,6 +179,7 @@ class _Plan:
     reason: str | None
     names: tuple[str, ...]
     launch: Callable[..., Any] | None = None  # the kernel prepared for this signature, tensors positional
+    launches: int = 0  # calls that ran it since reset_coverage(), counted here: one attribute on the hot path
 
 
 def _workload(fn: OpFunction, op, tensors: tuple, params: tuple) -> Workload:
@@ -217,7 +226,8 @@ def _plan(fn: OpFunction, described: tuple, devices: tuple, params: tuple) -> _P
     if kernel is None:
         return _Plan(None, formulation, why, names)
     if hasattr(kernel, "prepare"):
-        launch = kernel.prepare(names, {name: shape for name, shape, _ in described})
+        launch = kernel.prepare(names, {name: shape for name, shape, _ in described},
+                                {name: dtype for name, _, dtype in described})
     else:
         def launch(*tensors):
             return kernel(**dict(zip(names, tensors)))
@@ -252,6 +262,7 @@ def _unaliased(outputs: Any, tensors: tuple) -> Any:
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_functions: list[DropIn] = []  # every function defined, for coverage()
 _META = torch.device("meta")
 
 
@@ -267,19 +278,25 @@ class DropIn:
         self._defaults = tuple(default for _, default in fn.params)
         self._param_names = tuple(name for name, _ in fn.params)
         self._differentiable = not fn.mutates
+        self._single = fn.returns == (0,)  # a kernel's one output is returned as it is
+        self._arity = len(fn.inputs) + len(fn.params)
+        self._lists = "[" in fn.schema.split("->")[0]  # int[] parameters, which callers may give as lists
         self.custom_op = self._define_custom_op()
+        _functions.append(self)
 
     # -- the eager path ---------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args = self._complete(args, kwargs)
+        if kwargs or len(args) != self._arity or (self._lists and any(type(v) is list for v in args)):
+            args = self._complete(args, kwargs)
         tensors = args[:self._tensor_count]
-        if not self._eager(tensors):
-            if self._differentiable or not self._wants_grad(tensors):
-                return self.custom_op(*args)
-            plan = self._plan_for(args)
-            record(self.fn.name, "gradient through an in-place op")
-            return _pick(self.fn, plan.formulation(**dict(zip(plan.names, tensors))))
-        return self._run(args, tensors)
+        if self._eager(tensors):
+            return self._run(args, tensors)
+        args = self._complete(args, {})  # the types checked: the eager test took only plain tensors
+        if self._differentiable or not self._wants_grad(tensors):
+            return self.custom_op(*args)
+        plan = self._plan_for(args)
+        record(self.fn.name, "gradient through an in-place op")
+        return _pick(self.fn, plan.formulation(**dict(zip(plan.names, tensors))))
 
     def _run(self, args: tuple, tensors: tuple) -> Any:
         plan = self._plan_for(args)
@@ -297,8 +314,8 @@ class DropIn:
                 _warn_once(self.fn.name, f"our kernel failed to launch ({type(exc).__name__}: {exc})")
                 plan.kernel, plan.launch, plan.reason = None, None, "kernel failed to launch"
                 return self._run(args, tensors)
-            _calls[self.fn.name]["ours"] += 1
-            return _pick(self.fn, outputs)
+            plan.launches += 1
+            return outputs if self._single else _pick(self.fn, outputs)
         record(self.fn.name, reason)
         return _pick(self.fn, plan.formulation(**dict(zip(plan.names, tensors))))
 
@@ -345,8 +362,8 @@ class DropIn:
         tensors = args[:self._tensor_count]
         if traced:
             key = (*((tuple(int(s) for s in t.shape), t.dtype, _META) for t in tensors), args[self._tensor_count:])
-        else:
-            key = (*((t.shape, t.dtype, t.device) for t in tensors), args[self._tensor_count:])
+        else:  # get_device(): the CUDA index, -1 on the CPU: cheaper than .device, as telling
+            key = (*[(t.shape, t.dtype, t.is_cuda, t.get_device()) for t in tensors], args[self._tensor_count:])
         plan = self._plans.get(key)
         if plan is None:
             described = tuple((name, tuple(int(s) for s in t.shape), t.dtype) for name, t in zip(self.fn.inputs, tensors))

@@ -256,26 +256,33 @@ class BoundKernel:
             problem = layout_problem(tensor)
             if problem:
                 raise ValueError(f"input {name!r} {problem}")
-        return self.prepare(tuple(given), {name: tuple(t.shape) for name, t in given.items()})(*given.values())
+        return self.prepare(tuple(given), {name: tuple(t.shape) for name, t in given.items()},
+                            {name: t.dtype for name, t in given.items()})(*given.values())
 
-    def prepare(self, names: Sequence[str], shapes: Mapping[str, Sequence[int]]) -> Callable[..., Any]:
-        """``launch(*tensors)`` for inputs named ``names`` (in that order) of ``shapes``: contiguous,
-        16-byte aligned (the caller checks). Outputs are allocated in the shape they are returned
-        in, so nothing is viewed per call."""
+    def prepare(self, names: Sequence[str], shapes: Mapping[str, Sequence[int]],
+                dtypes: Mapping[str, torch.dtype] | None = None) -> Callable[..., Any]:
+        """``launch(*tensors)`` for inputs named ``names`` (in that order) of ``shapes`` (and
+        ``dtypes``): contiguous, 16-byte aligned (the caller checks). Outputs are allocated in the
+        shape they are returned in, so nothing is viewed per call; like an input where they match
+        it (``empty_like`` costs less host time than ``empty``)."""
         sizes = self._sizes(shapes)
         returned = dict(self._returned(shapes, sizes))
-        outputs = self.spec.outputs
-        slots = []  # per kernel parameter: the caller's tensor index, or the output (shape, dtype)
+        outputs, dtypes = self.spec.outputs, dtypes or {}
+        like = {(tuple(shapes[name]), dtypes.get(name)): names.index(name) for name in reversed(names)}
+        slots = []  # per kernel parameter: the caller's tensor index, or how to allocate the output
         for i, (name, shape) in enumerate(self.spec.params):
-            if name in outputs:
-                slots.append((returned.get(i, resolved(shape, sizes)), outputs[name]))
-            else:
+            if name not in outputs:
                 slots.append(names.index(name))
-        picks = [i for i in returned]
+                continue
+            shape = tuple(returned.get(i, resolved(shape, sizes)))
+            slots.append((like[shape, outputs[name]], None) if (shape, outputs[name]) in like else (shape, outputs[name]))
+        picks = list(returned)
         launch, device, values = self._launch.run, self.device, self._launch.sizes(sizes)
+        empty, empty_like = torch.empty, torch.empty_like
 
         def call(*tensors: torch.Tensor) -> Any:
-            args = [tensors[slot] if type(slot) is int else torch.empty(slot[0], dtype=slot[1], device=device)
+            args = [tensors[slot] if type(slot) is int else
+                    empty_like(tensors[slot[0]]) if slot[1] is None else empty(slot[0], dtype=slot[1], device=device)
                     for slot in slots]
             launch(args, values)
             return args[picks[0]] if len(picks) == 1 else tuple(args[i] for i in picks)

@@ -38,10 +38,11 @@ l1_norm = _function("l1_norm", "L1NormFwd", ["x"], params=("eps", "dim"),
 
 def _trailing(input, normalized_shape, *affine) -> tuple[int, ...] | None:
     """``normalized_shape`` as a tuple where the op takes it (the input's trailing dims of a floating
-    input, with an affine of that shape and dtype); None where it does not."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    input, with an affine of that shape and dtype); None where it does not. On every call of model
+    code: a few attribute reads."""
+    shape = (normalized_shape,) if type(normalized_shape) is int else tuple(normalized_shape)
     if (not shape or not isinstance(input, torch.Tensor) or not input.is_floating_point()
-            or tuple(input.shape[-len(shape):]) != shape
+            or input.shape[-len(shape):] != shape
             or any(not isinstance(t, torch.Tensor) or t.shape != shape or t.dtype != input.dtype for t in affine)):
         return None
     return shape
@@ -55,6 +56,9 @@ def _over_trailing(op, input, shape, *args):
     return op(input.flatten(-len(shape)), *flat).view(input.shape)
 
 
+_EPSILONS = {dtype: torch.finfo(dtype).eps for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)}
+
+
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """``torch.nn.functional.rms_norm``: y = x / sqrt(mean(x², normalized dims) + eps) * weight,
     eps by default the input dtype's machine epsilon (as torch's)."""
@@ -62,7 +66,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     if shape is None:
         return torch_call("rms_norm", "no weight or not the trailing dims", F.rms_norm, input, normalized_shape,
                           weight, eps)
-    return _over_trailing(_rms_norm, input, shape, weight, float(torch.finfo(input.dtype).eps if eps is None else eps))
+    return _over_trailing(_rms_norm, input, shape, weight, (_EPSILONS.get(input.dtype) or torch.finfo(input.dtype).eps) if eps is None else float(eps))
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
