@@ -85,3 +85,14 @@ def test_user_workloads_from_json_are_listed(capsys, tmp_path):
         {"op": "RMSNormFwd", "id": "U1", "label": "odd-hidden", "dtype": "f16", "shapes": {"x": [3, 5120]}}]}))
     code, out, _ = run_cli(capsys, "list", "--json", "--workloads", str(path), "--op", "RMSNormFwd")
     assert code == 0 and [r["id"] for r in json.loads(out)][-1] == "U1"
+
+
+def test_warm_without_a_gpu_says_why_in_one_line(capsys):
+    code, out, err = run_cli(capsys, "warm", "--op", "RMSNormFwd")
+    assert code == 2 and err.count("\n") == 1 and "device 'cuda' is not available here" in err
+
+
+@pytest.mark.gpu
+def test_warm_builds_each_kernel_key_once(capsys):
+    code, out, _ = run_cli(capsys, "warm", "--op", "RMSNormFwd")
+    assert code == 0 and "9 of 9 workloads have our kernel" in out

@@ -26,6 +26,7 @@ without raises a ValueError that says what was expected.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from collections import Counter, defaultdict
@@ -37,6 +38,7 @@ import torch
 
 from .data import InputRNG
 from .errors import WorkloadError
+from .impl import KernelKey
 from .kernels import layout_problem
 from .workload import Workload, dtype_name
 
@@ -116,36 +118,79 @@ def reset_coverage() -> None:
             plan.launches = 0
 
 
-def _warn_once(function: str, what: str) -> None:
+TORCH_RUNS = "this call and others like it run torch's formulation"
+
+
+def _warn_once(function: str, what: str, then: str = TORCH_RUNS) -> None:
     if (function, what) not in _warned:
         _warned.add((function, what))
-        warnings.warn(f"npuops: {function}: {what}; this call and others like it run torch's formulation",
-                      RuntimeWarning, stacklevel=4)
+        warnings.warn(f"npuops: {function}: {what}; {then}", RuntimeWarning, stacklevel=4)
 
 
 # -- builds ---------------------------------------------------------------------------------------
 _builds: dict[Hashable, Any] = {}
 _build_lock = threading.Lock()
+_PENDING = object()  # a build running behind the calls, while another stands in
 
 
 def built_kernels() -> int:
     """How many kernels the functions of this process have built (or found in TileLang's disk
     cache): one per kernel key and device, whatever the number of shapes called."""
-    return sum(1 for kernel in _builds.values() if kernel is not None)
+    return len({id(kernel) for kernel in _builds.values() if kernel is not None and kernel is not _PENDING})
 
 
-def _kernel(impl, op, w: Workload, device: torch.device, function: str) -> tuple[Any, str | None]:
-    """(the built kernel serving ``w``'s kernel key, None) or (None, why not)."""
+def _build(impl, op, w: Workload, device: torch.device, function: str, then: str = TORCH_RUNS) -> Any:
+    try:
+        return impl.build(op, w, device)
+    except Exception as exc:  # a kernel that fails to build must not fail the call
+        _warn_once(function, f"our kernel failed to build ({type(exc).__name__}: {exc})", then)
+        return None
+
+
+def _stand_in(key: tuple) -> Any:
+    """A built kernel that computes ``key``'s workloads correctly (see ``KernelKey``), or None."""
+    build_key = key[3]
+    if not isinstance(build_key, KernelKey):
+        return None
+    for other, kernel in _builds.items():
+        if (other[:3] == key[:3] and other[4] == key[4] and isinstance(other[3], KernelKey)
+                and other[3].shared == build_key.shared and kernel is not None and kernel is not _PENDING):
+            return kernel
+    return None
+
+
+def _build_behind(key: tuple, impl, op, w: Workload, device: torch.device, function: str, stand_in: Any) -> None:
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        kernel = _build(impl, op, w, device, function,
+                        "the kernel of another launch class keeps running these calls")
+    with _build_lock:
+        _builds[key] = kernel if kernel is not None else stand_in
+
+
+def _kernel(impl, op, w: Workload, device: torch.device, function: str,
+            behind: bool = True) -> tuple[Any, str | None, tuple | None]:
+    """(the kernel serving ``w``'s kernel key, None, None), or (None, why not, None). With
+    ``behind``, a key not built yet whose kernel another build can stand in for (``KernelKey``)
+    gets that one at once, and its own build runs in a thread: (stand-in, None, the key it waits
+    for). A call never waits for a build that another kernel can do for it."""
     key = (impl.plugin, impl.op, impl.name, impl.build_key(op, w), str(device))
     with _build_lock:
-        if key not in _builds:
-            try:
-                _builds[key] = impl.build(op, w, device)
-            except Exception as exc:  # a kernel that fails to build must not fail the call
-                _builds[key] = None
-                _warn_once(function, f"our kernel failed to build ({type(exc).__name__}: {exc})")
-    kernel = _builds[key]
-    return (kernel, None) if kernel is not None else (None, "kernel failed to build")
+        kernel = _builds.get(key)
+        if key not in _builds or kernel is _PENDING:
+            stand_in = _stand_in(key) if behind else None
+            if stand_in is not None:
+                if key not in _builds:
+                    _builds[key] = _PENDING
+                    threading.Thread(target=_build_behind, args=(key, impl, op, w, device, function, stand_in),
+                                     name=f"npuops build {impl.op}", daemon=True).start()
+                return stand_in, None, key
+            if kernel is not _PENDING:
+                _builds[key] = kernel = _build(impl, op, w, device, function)
+    if kernel is _PENDING:  # behind=False while a build runs behind: wait for it
+        while _builds[key] is _PENDING:
+            threading.Event().wait(0.05)
+        kernel = _builds[key]
+    return (kernel, None, None) if kernel is not None else (None, "kernel failed to build", None)
 
 
 def warm(workloads, progress: Callable[[Workload, str | None], None] | None = None) -> dict[str, int]:
@@ -161,7 +206,7 @@ def warm(workloads, progress: Callable[[Workload, str | None], None] | None = No
         ours = [i for i in registry.impls_for(w.op) if i.tier == "ours"]
         why = ours[0].why_not(op, w, cuda) if ours else "no kernel for this op"
         if why is None:
-            why = _kernel(ours[0], op, w, device, w.op)[1]
+            why = _kernel(ours[0], op, w, device, w.op, behind=False)[1]
         counts["with a kernel" if why is None else "without"] += 1
         if progress:
             progress(w, why)
@@ -180,6 +225,7 @@ class _Plan:
     names: tuple[str, ...]
     launch: Callable[..., Any] | None = None  # the kernel prepared for this signature, tensors positional
     launches: int = 0  # calls that ran it since reset_coverage(), counted here: one attribute on the hot path
+    pending: tuple | None = None  # the build key whose kernel will replace a stand-in (see _kernel)
 
 
 def _workload(fn: OpFunction, op, tensors: tuple, params: tuple) -> Workload:
@@ -222,7 +268,7 @@ def _plan(fn: OpFunction, described: tuple, devices: tuple, params: tuple) -> _P
     why = ours[0].why_not(op, w, registry.device("cuda"))
     if why is not None:
         return _Plan(None, formulation, why, names)
-    kernel, why = _kernel(ours[0], op, w, device, fn.name)
+    kernel, why, pending = _kernel(ours[0], op, w, device, fn.name)
     if kernel is None:
         return _Plan(None, formulation, why, names)
     if hasattr(kernel, "prepare"):
@@ -231,7 +277,7 @@ def _plan(fn: OpFunction, described: tuple, devices: tuple, params: tuple) -> _P
     else:
         def launch(*tensors):
             return kernel(**dict(zip(names, tensors)))
-    return _Plan(kernel, formulation, None, names, launch)
+    return _Plan(kernel, formulation, None, names, launch, pending=pending)
 
 
 def _check(fn: OpFunction, described: tuple, devices: tuple, expected: dict[str, tuple]) -> None:
@@ -365,8 +411,9 @@ class DropIn:
         else:  # get_device(): the CUDA index, -1 on the CPU: cheaper than .device, as telling
             key = (*[(t.shape, t.dtype, t.is_cuda, t.get_device()) for t in tensors], args[self._tensor_count:])
         plan = self._plans.get(key)
-        if plan is None:
-            described = tuple((name, tuple(int(s) for s in t.shape), t.dtype) for name, t in zip(self.fn.inputs, tensors))
+        if plan is None or (plan.pending is not None and _builds.get(plan.pending) is not _PENDING):
+            described = tuple((name, tuple(int(s) for s in t.shape), t.dtype)
+                              for name, t in zip(self.fn.inputs, tensors))
             devices = tuple(_META if traced else t.device for t in tensors)
             plan = _plan(self.fn, described, devices, tuple(zip(self._param_names, args[self._tensor_count:])))
             self._plans[key] = plan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -19,6 +19,15 @@ BuildFn = Callable[["Op", "Workload", torch.device], Callable[..., Any]]
 SupportsFn = Callable[["Op", "Workload", "Device"], "str | None"]
 VariantsFn = Callable[["Op", "Workload"], "Sequence[Mapping[str, Any]]"]
 KeyFn = Callable[["Op", "Workload"], Hashable]
+
+
+class KernelKey(NamedTuple):
+    """A build key in two parts. The kernels of one ``shared`` part compute every workload of any
+    of its keys correctly; ``launch`` (a launch class) only tunes them. So while the build of a
+    new launch class runs, another of the same ``shared`` can stand in."""
+
+    shared: Hashable
+    launch: Hashable
 
 
 @dataclass(frozen=True)
@@ -37,8 +46,9 @@ class Implementation:
     tried.
 
     ``key(op, workload)``, where given, says which workloads one build serves: those of equal keys
-    (a kernel that takes sizes at launch serves every size whose launch it does not change). The
-    functions for model code build once per key; without it, once per workload.
+    (a kernel that takes sizes at launch serves every size whose launch it does not change; a
+    :class:`KernelKey` says which builds may stand in for one another). The functions for model
+    code build once per key; without it, once per workload.
     """
 
     op: str

@@ -274,8 +274,12 @@ class BoundKernel:
             if name not in outputs:
                 slots.append(names.index(name))
                 continue
+            needed = math.prod(resolved(shape, sizes))
             shape = tuple(returned.get(i, resolved(shape, sizes)))
-            slots.append((like[shape, outputs[name]], None) if (shape, outputs[name]) in like else (shape, outputs[name]))
+            if math.prod(shape) != needed:  # a returned shape that does not hold what the kernel writes
+                raise ValueError(f"output {name!r} would be {list(shape)}, the kernel writes {needed} elements")
+            made = (shape, outputs[name])
+            slots.append((like[made], None) if made in like else made)
         picks = list(returned)
         launch, device, values = self._launch.run, self.device, self._launch.sizes(sizes)
         empty, empty_like = torch.empty, torch.empty_like
@@ -331,8 +335,10 @@ def launcher(kernel: Any, device: torch.device, shapes: Sequence[Sequence[int | 
     names = [str(var) for var in getattr(getattr(kernel, "adapter", None), "dynamic_symbolic_map", None) or ()]
     lib = getattr(getattr(kernel, "adapter", None), "lib", None)
     if lib is None or device.type != "cuda":
-        return Launcher(lambda tensors, sizes: kernel(*(t.view(resolved(shape, sizes)) for t, shape in zip(tensors, shapes))),
-                        lambda sizes: sizes)
+        def call(tensors, sizes):
+            return kernel(*(t.view(resolved(shape, sizes)) for t, shape in zip(tensors, shapes)))
+
+        return Launcher(call, lambda sizes: sizes)
     import ctypes
 
     entry = lib.call

@@ -66,7 +66,9 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     if shape is None:
         return torch_call("rms_norm", "no weight or not the trailing dims", F.rms_norm, input, normalized_shape,
                           weight, eps)
-    return _over_trailing(_rms_norm, input, shape, weight, (_EPSILONS.get(input.dtype) or torch.finfo(input.dtype).eps) if eps is None else float(eps))
+    if eps is None:
+        eps = _EPSILONS.get(input.dtype) or torch.finfo(input.dtype).eps
+    return _over_trailing(_rms_norm, input, shape, weight, float(eps))
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from npuops import KernelKey
 from npuops.kernels import (EVICT_LAST_LOAD, H200_SMS, VECTOR_BYTES, KernelSpec, load_vectors_evict_last,
                             tilelang_dtype, wide_indices)
 
@@ -193,11 +194,13 @@ def row_class(rows: int) -> int:
     return sum(rows > limit for limit in (FEW_ROWS, ONE_WAVE_ROWS, ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM))
 
 
-def launch_key(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> tuple:
+def launch_key(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1) -> KernelKey:
     """What a kernel of :func:`rowwise_kernel` for rows of ``shape`` depends on (its row count is
-    given at launch): rows of equal keys share a build."""
+    given at launch): rows of equal keys share a build. Every row class's kernel computes any row
+    count correctly, the class only tuning its launch: the classes share the key's first part."""
     rows = math.prod(shape[:-1]) // spec.segments
-    return (spec, dtype, shape[-1], shape[0] if spec.segments > 1 else None, row_class(rows), wide_indices(shape))
+    return KernelKey((spec, dtype, shape[-1], shape[0] if spec.segments > 1 else None, samples, wide_indices(shape)),
+                     row_class(rows))
 
 
 def row_cluster(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[int, int] | None:
@@ -800,7 +803,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     elif spec.quant_min_scale is not None:
         returns = (("q", (..., hidden)), ("scale_out", (..., 1)))
     else:
-        returns = (("y", (..., hidden)),) + ((("residual", (..., hidden)),) if spec.residual else ())
+        # Segments are the first kernel dim: the rows are a dim of their own in what is returned.
+        row = (..., "rows", hidden) if segs > 1 else (..., hidden)
+        returns = (("y", row),) + ((("residual", row),) if spec.residual else ())
     if spec.pair:  # QK-norm's inputs are named q and k: outputs are told apart by name, not by role
         outputs = {"q_out": dtype, "k_out": dtype}
     elif spec.quant_min_scale is not None:

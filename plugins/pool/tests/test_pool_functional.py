@@ -3,6 +3,7 @@ results, the same errors), traceable, differentiable, counted in coverage()."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 
 import pytest
@@ -270,10 +271,27 @@ def _torch_signature(name):
         pass
     head = function.__doc__.strip().splitlines()[0]
     params = head[head.index("(") + 1:head.index(")")].split(", ")
-    return [(p.split("=")[0], eval(p.split("=")[1]) if "=" in p else inspect.Parameter.empty) for p in params]
+    return [(p.split("=")[0], ast.literal_eval(p.split("=")[1]) if "=" in p else inspect.Parameter.empty) for p in params]
 
 
 @pytest.mark.parametrize("name", P.__all__)
 def test_signatures_are_torch_functional(name):
     ours = [(p.name, p.default) for p in inspect.signature(getattr(P, name)).parameters.values()]
     assert ours == _torch_signature(name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, args", [
+    ("max_pool2d", (3, 2, 1)), ("avg_pool2d", (2,)), ("adaptive_avg_pool2d", ((7, 7),)),
+    ("adaptive_max_pool2d", ((5, 3),)), ("max_pool1d", (3, 2)), ("avg_pool1d", (4, 4)),
+    ("max_pool3d", (2, 2)), ("avg_pool3d", (3, 1, 1)),
+])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_calls_of_many_sizes_run_our_kernel_and_match_torch(name, args, dtype):
+    dims = 3 if name.endswith("3d") else 1 if name.endswith("1d") else 2
+    reset_coverage()
+    for batch, size in [(1, 20), (3, 33), (2, 57), (8, 64)]:
+        x = torch.randn(batch, 16, *[max(size // (4 if dims == 3 else 1), 8)] * dims, device="cuda", dtype=dtype)
+        torch.testing.assert_close(getattr(P, name)(x, *args), getattr(F, name)(x, *args), atol=1e-2, rtol=1e-2)
+    (counts,) = coverage().values()
+    assert counts["ours"] == 4, counts

@@ -39,7 +39,7 @@ class SinglePassNormOp(Op):
     def kernel_key(self, w):
         from ..rowwise_kernel import launch_key
 
-        return (launch_key(self.row_norm(w), w.shapes["x"], w.dtype_of("x")), self.kernel_samples(w))
+        return launch_key(self.row_norm(w), w.shapes["x"], w.dtype_of("x"), self.kernel_samples(w))
 
     def tilelang_variants(self, w):
         from ..rowwise_kernel import launch_variants

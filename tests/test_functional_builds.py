@@ -1,0 +1,65 @@
+"""The functions' builds: one per kernel key, and a new launch class that never waits for its build
+while a kernel of the same shared key can compute it (npuops.functional._kernel)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from npuops import KernelKey
+from npuops import functional
+
+
+class CountingImpl:
+    """An implementation whose builds are recorded; ``hold`` keeps the named build running."""
+
+    plugin, op, name = "test", "ToyOp", "ours"
+
+    def __init__(self, hold: str | None = None):
+        self.built: list[str] = []
+        self.hold, self.release = hold, threading.Event()
+
+    def build_key(self, op, w):
+        shared, launch = w.split(":")
+        return KernelKey(shared, launch)
+
+    def build(self, op, w, device):
+        if w == self.hold:
+            self.release.wait(10)
+        self.built.append(w)
+        return f"kernel {w}"
+
+
+def test_a_new_launch_class_runs_a_stand_in_while_its_own_build_runs_behind():
+    impl, cpu = CountingImpl(hold="a:big"), torch.device("cpu")
+    assert functional._kernel(impl, None, "a:small", cpu, "toy") == ("kernel a:small", None, None)
+    kernel, why, pending = functional._kernel(impl, None, "a:big", cpu, "toy")
+    assert (kernel, why) == ("kernel a:small", None) and pending is not None
+    assert functional._kernel(impl, None, "a:big", cpu, "toy")[0] == "kernel a:small"  # still building
+    impl.release.set()
+    assert functional._kernel(impl, None, "a:big", cpu, "toy", behind=False) == ("kernel a:big", None, None)
+    assert impl.built == ["a:small", "a:big"]
+
+
+def test_no_stand_in_across_shared_keys_and_one_build_per_key():
+    impl, cpu = CountingImpl(), torch.device("cpu")
+    functional._kernel(impl, None, "b:small", cpu, "toy")
+    assert functional._kernel(impl, None, "c:small", cpu, "toy") == ("kernel c:small", None, None)
+    functional._kernel(impl, None, "b:small", cpu, "toy")
+    assert impl.built == ["b:small", "c:small"]
+
+
+def test_a_failed_build_behind_keeps_the_stand_in():
+    class FailingBig(CountingImpl):
+        def build(self, op, w, device):
+            if w.endswith(":big"):
+                raise RuntimeError("ptxas: out of registers")
+            return super().build(op, w, device)
+
+    impl, cpu = FailingBig(), torch.device("cpu")
+    functional._kernel(impl, None, "d:small", cpu, "toy")
+    with pytest.warns(RuntimeWarning, match="out of registers.*another launch class keeps running these calls"):
+        functional._kernel(impl, None, "d:big", cpu, "toy")
+        assert functional._kernel(impl, None, "d:big", cpu, "toy", behind=False)[0] == "kernel d:small"
