@@ -27,7 +27,9 @@ without raises a ValueError that says what was expected.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
+import time
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable
@@ -43,16 +45,11 @@ from .kernels import layout_problem
 from .workload import Workload, dtype_name
 
 
+@functools.cache
 def _registry():
-    global _loaded_registry
-    if _loaded_registry is None:
-        from .registry import load_registry
+    from .registry import load_registry
 
-        _loaded_registry = load_registry()
-    return _loaded_registry
-
-
-_loaded_registry = None
+    return load_registry()
 
 
 @dataclass(frozen=True)
@@ -188,7 +185,7 @@ def _kernel(impl, op, w: Workload, device: torch.device, function: str,
                 _builds[key] = kernel = _build(impl, op, w, device, function)
     if kernel is _PENDING:  # behind=False while a build runs behind: wait for it
         while _builds[key] is _PENDING:
-            threading.Event().wait(0.05)
+            time.sleep(0.05)
         kernel = _builds[key]
     return (kernel, None, None) if kernel is not None else (None, "kernel failed to build", None)
 
