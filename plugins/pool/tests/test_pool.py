@@ -334,3 +334,48 @@ def test_input_rank_is_checked(ops):
     w = Workload(op="MaxPool2dFwd", id="T", label="t", dtype="f16", shapes={"input": [2, 3, 9]}, params={"kernel_size": 2})
     with pytest.raises(WorkloadError, match="'input'"):
         ops["MaxPool2dFwd"].validate(w)
+
+
+def test_window_coverage_counts_what_the_windows_cover():
+    """The per-tap count against the windows one by one, over sizes, kernels, strides, paddings and
+    dilations (ceil-mode lengths too)."""
+    from npuops_pool.ops._pooling import pooled_length, window_coverage
+
+    for size in range(1, 14):
+        for kernel in range(1, 6):
+            for stride in range(1, 5):
+                for padding in range(kernel // 2 + 1):
+                    for dilation in (1, 2, 3):
+                        for ceil_mode in (False, True):
+                            out = pooled_length(size, kernel, stride, padding, dilation, ceil_mode)
+                            if out < 1:
+                                continue
+                            taps = [o * stride - padding + t * dilation for o in range(out) for t in range(kernel)]
+                            expected = sum(0 <= i < size for i in taps)
+                            assert window_coverage(size, out, kernel, stride, padding, dilation) == expected
+
+
+def test_adaptive_coverage_counts_what_the_windows_cover(ops):
+    from npuops_pool.ops._adaptive import adaptive_window
+
+    op = ops["AdaptiveAvgPool2dFwd"]
+    for size in range(1, 30):
+        for out in range(1, 30):
+            w = Workload("AdaptiveAvgPool2dFwd", "t", "t", "f32", {"input": [1, 1, size, 3]}, params={"output_size": [out, 1]})
+            (axis, _) = op.axes(w, op.config(w))
+            assert axis.covered == sum(end - start for start, end in (adaptive_window(i, size, out) for i in range(out)))
+
+
+def test_validating_a_very_long_row_costs_no_loop_over_it(ops):
+    """A 10^9-long row (pooled on meta) validates and costs at once: no check walks the output."""
+    import time
+
+    for op_name, params in [("AvgPool1dFwd", {"kernel_size": 3, "stride": 1, "padding": 1}),
+                            ("AdaptiveMaxPool2dFwd", {"output_size": [10**9 // 7, 1]})]:
+        shape = [1, 1, 10**9] if op_name == "AvgPool1dFwd" else [1, 1, 10**9, 1]
+        op = ops[op_name]
+        w = Workload(op_name, "t", "t", "f32", {"input": shape}, params=params)
+        start = time.perf_counter()
+        op.validate(w)
+        op.cost(w)
+        assert time.perf_counter() - start < 1.0

@@ -166,13 +166,15 @@ def pooled_length(size: int, kernel: int, stride: int, padding: int, dilation: i
 
 
 def window_coverage(size: int, out: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
-    """Input elements (padding excluded) covered by the ``out`` windows along one dim."""
+    """Input elements (padding excluded) covered by the ``out`` windows along one dim: per tap, the
+    windows whose tap lands inside the input. O(kernel), not O(out): validation of a 10^7-long row
+    must not loop over its outputs."""
     total = 0
-    for o in range(out):
-        first = o * stride - padding
-        lowest_tap = max(0, -(first // dilation))  # ceil(-first / dilation): the first tap at >= 0
-        highest_tap = min(kernel - 1, (size - 1 - first) // dilation)
-        total += max(0, highest_tap - lowest_tap + 1)
+    for tap in range(kernel):
+        offset = tap * dilation - padding  # window o reads o * stride + offset
+        first = max(0, -(offset // stride))  # ceil(-offset / stride): the first window in the input
+        last = min(out - 1, (size - 1 - offset) // stride)
+        total += max(0, last - first + 1)
     return total
 
 
