@@ -331,9 +331,32 @@ class DropIn:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != self._arity or (self._lists and any(type(v) is list for v in args)):
             args = self._complete(args, kwargs)
-        tensors = args[:self._tensor_count]
-        if self._eager(tensors):
-            return self._run(args, tensors)
+        count = self._tensor_count
+        tensors = args[:count]
+        if not (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()):
+            # The eager path, model code's every call: one pass over the tensors tells whether it
+            # may take it (plain tensors, no gradient to record) and makes the plan's key.
+            grad = torch.is_grad_enabled()
+            key = [args[count:]]
+            for t in tensors:
+                if type(t) not in _PLAIN or (grad and t.requires_grad):
+                    break
+                key.append((t.shape, t.dtype, t.is_cuda, t.get_device()))
+            else:
+                plan = self._plans.get(tuple(key))
+                if plan is not None and plan.launch is not None and plan.pending is None:
+                    for t in tensors:
+                        if not t.is_contiguous() or t.data_ptr() % 16:
+                            break
+                    else:
+                        try:
+                            outputs = plan.launch(*tensors)
+                        except Exception as exc:  # a launch failure runs torch's formulation, once reported
+                            self._launch_failed(plan, exc)
+                            return self._run(args, tensors)
+                        plan.launches += 1
+                        return outputs if self._single else _pick(self.fn, outputs)
+                return self._run(args, tensors)
         args = self._complete(args, {})  # the types checked: the eager test took only plain tensors
         if self._differentiable or not self._wants_grad(tensors):
             return self.custom_op(*args)
@@ -341,7 +364,13 @@ class DropIn:
         record(self.fn.name, "gradient through an in-place op")
         return _pick(self.fn, plan.formulation(**dict(zip(plan.names, tensors))))
 
+    def _launch_failed(self, plan: _Plan, exc: Exception) -> None:
+        _warn_once(self.fn.name, f"our kernel failed to launch ({type(exc).__name__}: {exc})")
+        plan.kernel, plan.launch, plan.reason = None, None, "kernel failed to launch"
+
     def _run(self, args: tuple, tensors: tuple) -> Any:
+        """A call by its plan, made if new (the custom op's implementation, and eager calls whose
+        plan is new, waits for a build or runs torch's formulation)."""
         plan = self._plan_for(args)
         launch = plan.launch
         reason = plan.reason
@@ -354,8 +383,7 @@ class DropIn:
             try:
                 outputs = launch(*tensors)
             except Exception as exc:  # a launch failure runs torch's formulation, once reported
-                _warn_once(self.fn.name, f"our kernel failed to launch ({type(exc).__name__}: {exc})")
-                plan.kernel, plan.launch, plan.reason = None, None, "kernel failed to launch"
+                self._launch_failed(plan, exc)
                 return self._run(args, tensors)
             plan.launches += 1
             return outputs if self._single else _pick(self.fn, outputs)
@@ -384,18 +412,6 @@ class DropIn:
         return tensors + tuple(tuple(v) if isinstance(v, list) else v for v in args[self._tensor_count:])
 
     @staticmethod
-    def _eager(tensors: tuple) -> bool:
-        """Whether a call may take the eager path: plain tensors, nothing tracing or transforming
-        them, no gradient to record."""
-        if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
-            return False
-        grad = torch.is_grad_enabled()
-        for t in tensors:
-            if type(t) not in _PLAIN or (grad and t.requires_grad):
-                return False
-        return True
-
-    @staticmethod
     def _wants_grad(tensors: tuple) -> bool:
         return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
@@ -404,9 +420,9 @@ class DropIn:
         alone: nothing is built while tracing)."""
         tensors = args[:self._tensor_count]
         if traced:
-            key = (*((tuple(int(s) for s in t.shape), t.dtype, _META) for t in tensors), args[self._tensor_count:])
-        else:  # get_device(): the CUDA index, -1 on the CPU: cheaper than .device, as telling
-            key = (*[(t.shape, t.dtype, t.is_cuda, t.get_device()) for t in tensors], args[self._tensor_count:])
+            key = (args[self._tensor_count:], *((tuple(int(s) for s in t.shape), t.dtype, _META) for t in tensors))
+        else:  # as __call__ makes it; get_device() (the index) and is_cuda cost less than .device
+            key = (args[self._tensor_count:], *[(t.shape, t.dtype, t.is_cuda, t.get_device()) for t in tensors])
         plan = self._plans.get(key)
         if plan is None or (plan.pending is not None and _builds.get(plan.pending) is not _PENDING):
             described = tuple((name, tuple(int(s) for s in t.shape), t.dtype)

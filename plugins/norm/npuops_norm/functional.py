@@ -41,10 +41,12 @@ def _trailing(input, normalized_shape, *affine) -> tuple[int, ...] | None:
     input, with an affine of that shape and dtype); None where it does not. On every call of model
     code: a few attribute reads."""
     shape = (normalized_shape,) if type(normalized_shape) is int else tuple(normalized_shape)
-    if (not shape or not isinstance(input, torch.Tensor) or not input.is_floating_point()
-            or input.shape[-len(shape):] != shape
-            or any(not isinstance(t, torch.Tensor) or t.shape != shape or t.dtype != input.dtype for t in affine)):
+    if not shape or not isinstance(input, torch.Tensor) or not input.is_floating_point() \
+            or input.shape[-len(shape):] != shape:
         return None
+    for t in affine:
+        if not isinstance(t, torch.Tensor) or t.shape != shape or t.dtype != input.dtype:
+            return None
     return shape
 
 
@@ -68,6 +70,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
                           weight, eps)
     if eps is None:
         eps = _EPSILONS.get(input.dtype) or torch.finfo(input.dtype).eps
+    if len(shape) == 1:
+        return _rms_norm(input, weight, float(eps))
     return _over_trailing(_rms_norm, input, shape, weight, float(eps))
 
 
@@ -78,6 +82,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if shape is None:
         return torch_call("layer_norm", "no weight or bias, or not the trailing dims", F.layer_norm, input,
                           normalized_shape, weight, bias, eps)
+    if len(shape) == 1:
+        return _layer_norm(input, weight, bias, float(eps))
     return _over_trailing(_layer_norm, input, shape, weight, bias, float(eps))
 
 
