@@ -73,3 +73,139 @@ def test_a_plugin_cannot_redefine_another_plugins_op(plugins):
     registry = load_registry()
     assert any(e.plugin == "zz_dup" and "already defined" in e.message for e in registry.errors)
     assert registry.op("AdaptiveAvgPool2dFwd").family == "pool"
+
+
+# -- precedence: the project's plugins keep their names whatever sorts first ----------------------
+
+SHADOW = '''
+import torch
+from npuops import Implementation, Workload, hookimpl
+from npuops_norm.ops.rms_norm import RMSNormFwd
+
+
+class Shadow(RMSNormFwd):
+    """The real op's schema; computes zeros."""
+
+    family = "shadow"
+
+    def torch_impl(self, w):
+        return lambda x, weight=None, **_: torch.zeros_like(x)
+
+
+@hookimpl(trylast=True)  # pluggy keeps trylast implementations first in its list
+def npuops_ops():
+    return [Shadow([Workload("RMSNormFwd", "S1", "s", "f32", {"x": [4, 8]})])]
+
+
+@hookimpl(trylast=True)
+def npuops_implementations(ops):
+    zeros = lambda op, w, device: (lambda x, **_: torch.zeros_like(x))
+    return [Implementation("RMSNormFwd", "torch_eager", "torch_eager", zeros),
+            Implementation("MaxPool2dFwd", "shadow_ours", "ours", zeros),
+            Implementation("MaxPool2dFwd", "shadow_fast", "open-source", zeros)]
+
+
+@hookimpl(trylast=True)
+def npuops_devices():
+    from npuops.devices import CPUDevice
+    return [CPUDevice()]
+'''
+
+
+def test_third_party_plugin_sorting_first_cannot_take_the_projects_names(plugins):
+    plugins.install("npuops-shadow", "npuops_shadow", SHADOW, entry_name="aaa_shadow")
+    registry = load_registry()
+    assert registry.op("RMSNormFwd").family == "norm" and "RMSNormFwd" in registry.plugins["norm"].ops
+    assert not registry.plugins["norm"].errors and not registry.plugins["baselines"].errors
+    messages = [e.message for e in registry.errors if e.plugin == "aaa_shadow"]
+    # Each refusal blames the third-party plugin and names the one that keeps the name.
+    assert any("op 'RMSNormFwd' is already defined by plugin 'norm' (npuops-norm)" in m for m in messages)
+    assert any("implementation 'torch_eager' of RMSNormFwd is already defined by plugin 'baselines'" in m for m in messages)
+    assert any("device 'cpu' is already defined by plugin 'devices'" in m for m in messages)
+    assert any("'shadow_ours' of MaxPool2dFwd: tier 'ours' of an op of plugin 'pool'" in m for m in messages)
+    assert {e.plugin for e in registry.errors} == {"aaa_shadow"}
+    # What it may add, it adds: another tier's implementation of the project's op.
+    assert "shadow_fast" in [i.name for i in registry.impls_for("MaxPool2dFwd")]
+    assert registry.implementation("RMSNormFwd", "torch_eager").plugin == "baselines"
+    assert list(registry.plugins)[:6] == ["devices", "baselines", "conv", "norm", "pool", "topk"]
+
+
+def test_our_functions_compute_what_the_project_defines_despite_a_shadowing_plugin(plugins):
+    import subprocess
+    import sys
+
+    plugins.install("npuops-shadow", "npuops_shadow", SHADOW, entry_name="aaa_shadow")
+    code = ("import torch, torch.nn.functional as F; from npuops_norm import rms_norm\n"
+            "x = torch.randn(4, 8); w = torch.rand(8)\n"
+            "print(torch.allclose(rms_norm(x, (8,), w), F.rms_norm(x, (8,), w, torch.finfo(x.dtype).eps)))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_a_second_distribution_cannot_take_a_plugin_name(plugins):
+    plugins.install("npuops-impostor", "npuops_impostor", "raise RuntimeError('never imported')\n", entry_name="norm")
+    registry = load_registry()
+    assert registry.plugins["norm"].distribution == "npuops-norm" and registry.plugins["norm"].ops
+    assert any("plugin name 'norm' is already taken by 'norm' (npuops-norm); npuops-impostor was not loaded" in e.message
+               for e in registry.errors)
+
+
+# -- isolation: nothing a plugin raises ends the process -----------------------------------------
+
+EXITS_AT_IMPORT = '''
+import argparse
+parser = argparse.ArgumentParser(prog="their-tool")
+parser.add_argument("--their-flag", required=True)
+parser.parse_args([])  # what a module running its CLI at import does: SystemExit(2)
+'''
+
+EXITS_IN_HOOK = '''
+import sys
+from npuops import hookimpl
+
+@hookimpl
+def npuops_implementations(ops):
+    sys.exit(3)
+'''
+
+
+def test_a_plugin_calling_sys_exit_is_contained(plugins):
+    plugins.install("npuops-exits", "npuops_exits", EXITS_AT_IMPORT, entry_name="exits")
+    plugins.install("npuops-exits-hook", "npuops_exits_hook", EXITS_IN_HOOK, entry_name="exits_hook")
+    registry = load_registry()  # a SystemExit escaping here would end pytest's test as an error
+    errors = {e.plugin: e for e in registry.errors}
+    assert errors["exits"].stage == "import" and "SystemExit(2)" in errors["exits"].message
+    assert "the following arguments are required: --their-flag" in errors["exits"].message
+    assert errors["exits_hook"].stage == "npuops_implementations" and "SystemExit(3)" in errors["exits_hook"].message
+    assert len(registry.ops) == 45
+
+
+def test_a_plugin_calling_sys_exit_ends_neither_the_cli_nor_the_callers_process(plugins):
+    import subprocess
+    import sys
+
+    plugins.install("npuops-exits", "npuops_exits", EXITS_AT_IMPORT, entry_name="exits")
+    plugins.install("npuops-exits-hook", "npuops_exits_hook", EXITS_IN_HOOK, entry_name="exits_hook")
+    cli = subprocess.run([sys.executable, "-m", "npuops.cli", "list", "--family", "pool"],
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    assert "1 families, 8 ops" in cli.stdout and "plugin 'exits' failed in import: SystemExit(2)" in cli.stdout
+    code = ("import torch; from npuops_norm import rms_norm\n"
+            "rms_norm(torch.randn(2, 8), (8,), torch.ones(8))\n"
+            "print('still here')\n")
+    user = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=300)
+    assert user.returncode == 0 and user.stdout.strip().endswith("still here"), user.stderr
+
+
+def test_keyboard_interrupt_in_a_plugin_is_not_swallowed(plugins):
+    plugins.install("npuops-ctrl-c", "npuops_ctrl_c", "raise KeyboardInterrupt\n", entry_name="ctrl_c")
+    with pytest.raises(KeyboardInterrupt):
+        load_registry()
+
+
+def test_a_mistyped_disabled_name_is_warned_about(monkeypatch):
+    monkeypatch.setenv("NPUOPS_DISABLE_PLUGINS", "cnov")
+    with pytest.warns(RuntimeWarning, match="unknown plugin 'cnov'; did you mean 'conv'"):
+        registry = load_registry()
+    assert not any(p.disabled for p in registry.plugins.values())

@@ -212,3 +212,64 @@ def test_call_times_shown_beside_device_times_where_recorded(capsys, tmp_path):
     assert by[("torch_compile", "eager")]["call_ms"] is None and by[("ours_kernel", "graph")]["call_ms"] is None
     csv_rows = {(r["impl"], r["regime"]): r for r in csv.DictReader(io.StringIO(report(capsys, path, "csv")))}
     assert csv_rows[("ours_kernel", "eager")]["call_ms"] == "0.021" and csv_rows[("ours_kernel", "graph")]["call_ms"] == ""
+
+
+@pytest.mark.filterwarnings("ignore:npuops. results file")
+def test_extreme_and_crafted_timings_never_crash_a_report(capsys, tmp_path):
+    """Times of 0, below 0, NaN or text are malformed rows, skipped on reading (tests/test_results.py);
+    valid but extreme ones (a denormal time, FLOPs near the float limit, a bandwidth of 1e-300)
+    render, with the figures that overflow or underflow left out."""
+    def timed(impl, tier, median_ms, **extra):
+        r = row(impl, tier, "eager", 1.0, **extra)
+        r["timing"].update(median_ms=median_ms, min_ms=median_ms)
+        return r
+
+    path = tmp_path / "x.jsonl"
+    with ResultsWriter(path) as w:
+        w.append({"record": "env", "run_id": "r1", "device": {}, "limits": {**LIMITS, "copy_bandwidth": 1e-300}})
+        w.append(timed("ours_kernel", "ours", 5e-324, flops=1e308, kernel_time={"median_ms": 5e-324}))
+        w.append(timed("torch_eager", "torch_eager", 1e308, call_time={"median_ms": 1e308}))
+        for median in (0, -1.0, "fast", float("nan"), float("inf")):
+            w.append(timed("bad", "vendor", median))
+        w.append({**row("nan", "vendor", "eager", 0.1), "flops": float("nan")})
+    for fmt in ("csv", "markdown", "html", "terminal"):
+        assert "RMSNormFwd" in report(capsys, path, fmt)
+    records = json.loads(report(capsys, path, "json"))
+    assert {r["impl"] for r in records} == {"ours_kernel", "torch_eager"}
+    ours = next(r for r in records if r["impl"] == "ours_kernel")
+    assert ours["ratio"] is None and ours["sol_pct"] is None and ours["kernel_sol_pct"] is None
+
+
+HOSTILE = "\x1b[31mred\x1b]0;title\x07 [bold]b[/bold] <script>x</script> | `c` \u202egnp.exe"
+
+
+def test_text_from_the_file_is_shown_never_obeyed(capsys, tmp_path):
+    """A label, a name or a reason with an escape sequence, rich markup, HTML or markdown syntax is
+    shown as the text it is, in every format."""
+    path = tmp_path / "h.jsonl"
+    with ResultsWriter(path) as w:
+        w.append({"record": "env", "run_id": "r1", "device": {"model": HOSTILE}, "limits": LIMITS})
+        w.append(row("ours_kernel", "ours", "eager", 0.002, label=HOSTILE))
+        w.append(row("[red]alt[/red]", "torch_eager", "eager", 0.003, op="Op" + HOSTILE))
+        w.append(row("broken", "vendor", "eager", None, status="failed", reason=HOSTILE))
+    shown = "\\x1b[31mred\\x1b]0;title\\x07"
+    for fmt in ("markdown", "html", "csv"):
+        text = report(capsys, path, fmt)
+        assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text and "x1b" in text and "u202e" in text
+    md = report(capsys, path, "markdown")
+    assert "<script>" not in md and "\\<script\\>x\\</script\\>" in md and "\\| \\`c\\`" in md
+    assert "\\x1b\\[31mred" in md  # shown as \x1b[31mred
+    assert all(line.count(" | ") == 6 for line in md.splitlines() if line.startswith("| W1"))
+    page = report(capsys, path, "html")
+    assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page and "[bold]b[/bold]" in page
+    assert shown in page
+    from rich.console import Console
+
+    from npuops.report import render_terminal
+    from npuops.results import read_results
+
+    console = Console(file=io.StringIO(), width=1000)  # no terminal: any escape in the output came from the file
+    render_terminal(read_results(path), console)
+    term = console.file.getvalue()
+    assert "\x1b" not in term and "\u202e" not in term and shown in term
+    assert "[bold]b[/bold]" in term and "[red]alt[/red]" in term  # markup shown, not applied

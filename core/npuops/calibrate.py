@@ -1,11 +1,21 @@
 """Device limits for the SOL column: measured once by ``npuops calibrate`` and cached, with
-datasheet values as the fallback."""
+datasheet values as the fallback.
+
+The cache is written whole or not at all (a temporary file renamed over it), so a kill during
+``npuops calibrate`` leaves the previous cache or none. A cache that cannot be read anyway (cut
+short by an older version, edited by hand) is ignored with a warning that names the file and how to
+measure again; the datasheet values stand in meanwhile.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import tempfile
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -31,8 +41,40 @@ def cached_limits(device: Device) -> Limits | None:
     path = _cache_file(device)
     if not path.exists():
         return None
-    data = json.loads(path.read_text())
-    return Limits(data["copy_bandwidth"], data["flops"], data["source"])
+    try:
+        data = json.loads(path.read_text())
+        limits = Limits(_rate(data["copy_bandwidth"]), {str(k): _rate(v) for k, v in data["flops"].items()},
+                        str(data["source"]))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        what = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        warnings.warn(f"npuops: ignoring the calibration cache {str(path)!r}, which cannot be read ({what}); "
+                      f"`npuops calibrate --device {device.name}` measures again (datasheet values meanwhile)",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    return limits
+
+
+def _rate(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{value!r} is not a positive rate")
+    return float(value)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all: written beside it, synced, renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def device_limits(device: Device) -> Limits | None:
@@ -72,7 +114,5 @@ def calibrate(device: Device, copy_bytes: int = 1 << 30, matmul_n: int = 8192, s
     device.release_memory()
     limits = Limits(bandwidth, flops, f"calibrated {time.strftime('%Y-%m-%d')}")
     if save:
-        path = _cache_file(device)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(limits), indent=1))
+        _write_atomically(_cache_file(device), json.dumps(asdict(limits), indent=1))
     return limits

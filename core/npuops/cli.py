@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import fcntl
 import json
+import math
+import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -19,6 +25,105 @@ from .timing import REGIMES
 DEFAULT_RESULTS = "npuops-results.jsonl"
 
 
+# -- flags and paths, checked up front ---------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: what is wrong and where to look, exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds above 0, got {text!r}")
+    return value
+
+
+positive_int.__name__ = "positive integer"  # argparse names the type in its errors
+positive_seconds.__name__ = "positive number of seconds"
+
+# Kernel filesystems: writes there are not files, and reads are not what was written.
+_SPECIAL_ROOTS = ("/proc", "/sys")
+
+
+def _special(path: Path) -> str | None:
+    resolved = str(path.resolve())
+    for root in _SPECIAL_ROOTS:
+        if resolved == root or resolved.startswith(root + "/"):
+            return root
+    return None
+
+
+def _output_path(flag: str, value: str, create_parents: bool, example: str = DEFAULT_RESULTS) -> Path:
+    """``value`` as a file we may write, or an NpuopsError saying why not (one line)."""
+    if not value.strip():
+        raise NpuopsError(f"{flag} is empty; name a file, e.g. {flag} {example}")
+    path = Path(value)
+    root = _special(path)
+    if root is not None:
+        raise NpuopsError(f"{flag} {value!r} is under {root}, a kernel filesystem, not a place for files; "
+                          "name a file in an ordinary folder")
+    if path.is_dir():
+        raise NpuopsError(f"{flag} {value!r} is a folder; name a file in it, e.g. {path / example}")
+    parent = path.parent
+    if not parent.exists() and not create_parents:
+        raise NpuopsError(f"{flag} {value!r}: folder {str(parent)!r} does not exist; create it or name another file")
+    if parent.exists() and not parent.is_dir():
+        raise NpuopsError(f"{flag} {value!r}: {str(parent)!r} is a file, not a folder")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() or create_parents:  # opened for appending: nothing already there is lost
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        elif not os.access(parent, os.W_OK):
+            raise PermissionError(errno.EACCES, f"folder {str(parent)!r} is not writable")
+    except OSError as exc:
+        raise NpuopsError(f"{flag} {value!r} cannot be written: {exc.strerror or exc}") from None
+    return path
+
+
+@contextlib.contextmanager
+def _results_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive, non-blocking flock on the results file for the run: a second run on the
+    same file would measure every row the first has not written yet, twice. The kernel drops the
+    lock when this process ends, however it ends."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise NpuopsError(f"another `npuops run` is writing {str(path)!r}; wait for it to finish "
+                                  "(it resumes from there), or give this run another --out") from None
+            raise NpuopsError(f"--out {str(path)!r} cannot be locked: {exc.strerror or exc}") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _input_file(what: str, value: str) -> Path:
+    path = Path(value)
+    if not path.exists():
+        return path  # the command's own check says what to do
+    if path.is_dir():
+        raise NpuopsError(f"{what} {value!r} is a folder; give a file")
+    return path
+
+
 def _split(values: Sequence[str] | None) -> list[str]:
     """Repeatable options that also take comma lists: ``--op A --op B`` or ``--op A,B``."""
     return [part.strip() for v in values or () for part in v.split(",") if part.strip()]
@@ -27,6 +132,12 @@ def _split(values: Sequence[str] | None) -> list[str]:
 def _registry(args: argparse.Namespace) -> Registry:
     disabled = _split(args.disable) if args.disable else None
     return load_registry(strict=args.strict or None, disabled=disabled)
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    text = " ".join(str(message).split())
+    prefix = "" if text.startswith("npuops") else f"{category.__name__}: "
+    print(f"warning: {prefix}{text}", file=sys.stderr if file is None else file)
 
 
 def _warn_plugin_errors(registry: Registry, console: Console) -> None:
@@ -104,6 +215,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from .timing import TimingOptions
     from .workload import load_workload_file
 
+    out = _output_path("--out", args.out, create_parents=True)
     registry = _registry(args)
     _warn_plugin_errors(registry, console)
     user = []
@@ -140,7 +252,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                   f"{', tuning launch variants' if args.tune else ''}{', kernel times' if args.kernel_time else ''} → {args.out}")
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=False, disable=args.no_progress) as progress:
+    with _results_lock(out), Progress(*columns, console=console, transient=False, disable=args.no_progress) as progress:
         runner = Runner(registry, options, args.out, user_workloads=user, progress=progress)
         try:
             counts = runner.run(workloads, impls, argv=sys.argv)
@@ -163,10 +275,14 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     from . import report
     from .results import read_results
 
-    path = Path(args.file)
+    path = _input_file("results file", args.file)
     if not path.exists():
         raise NpuopsError(f"results file {str(path)!r} does not exist; create it with `npuops run --out {path}`")
-    results = read_results(path)
+    output = None
+    if args.output is not None:
+        output = _output_path("--output", args.output, create_parents=False,
+                              example=f"report.{ {'markdown': 'md', 'terminal': 'txt'}.get(args.format, args.format) }")
+    results = read_results(path)  # a malformed line is skipped, with a warning naming it
     families, ops = set(_split(args.family)), set(_split(args.op))
     if families or ops:
         results.rows = [r for r in results.rows if (not families or r["family"] in families) and (not ops or r["op"] in ops)]
@@ -178,8 +294,11 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     render = {"markdown": report.render_markdown, "csv": report.render_csv, "json": report.render_json,
               "html": report.render_html}[args.format]
     text = render(results)
-    if args.output:
-        Path(args.output).write_text(text)
+    if output is not None:
+        try:
+            output.write_text(text)
+        except OSError as exc:
+            raise NpuopsError(f"--output {args.output!r} cannot be written: {exc.strerror or exc}") from None
         console.print(f"wrote {args.output}")
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -212,7 +331,11 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
     registry = _registry(args)
     device = registry.device(args.device)
     console.print(f"calibrating {device.name} ({device.describe().get('model')}) ...")
-    limits = calibrate(device)
+    try:
+        limits = calibrate(device)
+    except OSError as exc:  # the cache could not be written: the measurement is worth saying
+        raise NpuopsError(f"cannot save the calibration to {str(_cache_file(device))!r}: {exc.strerror or exc}; "
+                          "set NPUOPS_CACHE_DIR to a writable folder") from None
     datasheet = device.datasheet()
     console.print(f"copy bandwidth: {limits.copy_bandwidth / 1e9:.0f} GB/s"
                   + (f" (datasheet {datasheet.copy_bandwidth / 1e9:.0f})" if datasheet else ""))
@@ -245,7 +368,7 @@ def cmd_warm(args: argparse.Namespace, console: Console) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="npuops", description="npuops: fast kernels, their baselines, honest benchmarks")
+    parser = _Parser(prog="npuops", description="npuops: fast kernels, their baselines, honest benchmarks")
     parser.add_argument("--strict", action="store_true", help="fail on any plugin load error (also NPUOPS_STRICT=1)")
     parser.add_argument("--disable", action="append", help="plugin name(s) to skip (also NPUOPS_DISABLE_PLUGINS=a,b)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -261,13 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", action="append", help="implementation name(s), e.g. torch_eager")
     p.add_argument("--device", help="cuda, cpu or npu (default: the best available)")
     p.add_argument("--regime", action="append", help=f"timing regime(s): {', '.join(REGIMES)} (default: both)")
-    p.add_argument("--jobs", type=int, default=1, help="worker processes compiling in parallel (timing stays one at a time)")
+    p.add_argument("--jobs", type=positive_int, default=1, help="worker processes compiling in parallel (timing stays one at a time)")
     p.add_argument("--out", default=DEFAULT_RESULTS, help=f"results file, appended and resumed (default {DEFAULT_RESULTS})")
     p.add_argument("--workloads", metavar="FILE", help="run workloads from a TOML or JSON file")
     p.add_argument("--quick", action="store_true", help="one workload per op (the smallest)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--budget", type=float, default=0.5, help="seconds per measurement before settling for an unstable median")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per implementation-workload before it fails, naming the stage it reached")
+    p.add_argument("--budget", type=positive_seconds, default=0.5, help="seconds per measurement before settling for an unstable median")
+    p.add_argument("--timeout", type=positive_seconds, default=600.0, help="seconds per implementation-workload before it fails, naming the stage it reached")
     p.add_argument("--rerun", action="store_true", help="measure again rows the results file already has")
     p.add_argument("--tune", action="store_true",
                    help="for implementations with launch variants: check every variant, time each, measure the fastest "
@@ -302,13 +425,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Bad input (a flag, a path, a name, a workload file) gets one line on stderr saying what is wrong
+    and what would be right, and exit status 2; never a traceback."""
     args = build_parser().parse_args(argv)
     console = Console(stderr=False)
-    try:
-        return args.func(args, console)
-    except NpuopsError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)
-        return 2
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning
+        try:
+            return args.func(args, console)
+        except NpuopsError as exc:
+            _error(exc)
+            return 2
+
+
+def _error(exc: BaseException) -> None:
+    from rich.markup import escape
+
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
 
 
 if __name__ == "__main__":

@@ -240,11 +240,14 @@ def _plan(fn: OpFunction, described: tuple, devices: tuple, params: tuple) -> _P
     registry = _registry()
     op = registry.op(fn.op)
     names = tuple(name for name, _, _ in described)
+    for (name, _, _), device in zip(described, devices):
+        if device != devices[0]:  # torch's own message names neither tensor
+            raise ValueError(f"{fn.name}: {name} is on {device} but {described[0][0]} is on {devices[0]}; use one device")
     try:
         w = _workload(fn, op, described, params)
         op.validate(w)
         expected = {name: (tuple(t.shape), t.dtype) for name, t in op.make_inputs(w, InputRNG("meta")).items()}
-        _check(fn, described, devices, expected)
+        _check(fn, described, expected)
     except Exception as exc:  # noqa: BLE001 - whatever the op cannot express goes to torch as it is
         if fn.fallback is None:
             if not isinstance(exc, WorkloadError | ValueError):
@@ -277,12 +280,10 @@ def _plan(fn: OpFunction, described: tuple, devices: tuple, params: tuple) -> _P
     return _Plan(kernel, formulation, None, names, launch, pending=pending)
 
 
-def _check(fn: OpFunction, described: tuple, devices: tuple, expected: dict[str, tuple]) -> None:
+def _check(fn: OpFunction, described: tuple, expected: dict[str, tuple]) -> None:
     first_name, first_shape, _ = described[0]
-    for (name, shape, dtype), device in zip(described, devices, strict=True):
+    for name, shape, dtype in described:
         want_shape, want_dtype = expected[name]
-        if device != devices[0]:
-            raise ValueError(f"{fn.name}: {name} is on {device} but {first_name} is on {devices[0]}; use one device")
         if shape != want_shape:
             raise ValueError(f"{fn.name}: {name} must have shape {list(want_shape)} (given {first_name} "
                              f"{list(first_shape)}), got {list(shape)}")
@@ -341,7 +342,7 @@ class DropIn:
             for t in tensors:
                 if type(t) not in _PLAIN or (grad and t.requires_grad):
                     break
-                key.append((t.shape, t.dtype, t.is_cuda, t.get_device()))
+                key.append((t.shape, t.dtype, t.is_cuda, t.is_meta, t.get_device()))
             else:
                 plan = self._plans.get(tuple(key))
                 if plan is not None and plan.launch is not None and plan.pending is None:
@@ -421,8 +422,9 @@ class DropIn:
         tensors = args[:self._tensor_count]
         if traced:
             key = (args[self._tensor_count:], *((tuple(int(s) for s in t.shape), t.dtype, _META) for t in tensors))
-        else:  # as __call__ makes it; get_device() (the index) and is_cuda cost less than .device
-            key = (args[self._tensor_count:], *[(t.shape, t.dtype, t.is_cuda, t.get_device()) for t in tensors])
+        else:  # as __call__ makes it; get_device() (the index, -1 on the CPU and meta) and the flags
+            # cost less than .device
+            key = (args[self._tensor_count:], *[(t.shape, t.dtype, t.is_cuda, t.is_meta, t.get_device()) for t in tensors])
         plan = self._plans.get(key)
         if plan is None or (plan.pending is not None and _builds.get(plan.pending) is not _PENDING):
             described = tuple((name, tuple(int(s) for s in t.shape), t.dtype)

@@ -6,6 +6,16 @@ A plugin is a module (or object) registered under the ``npuops`` entry-point gro
     norm = "npuops_norm.plugin"
 
 and decorated with :data:`npuops.hookimpl`. Every hook is optional.
+
+A plugin runs arbitrary code in the process that loads it: ``npuops``'s CLI, and the user's own
+process on its first call of one of our functions. Whatever its import or a hook raises
+(``SystemExit`` included) is recorded as that plugin's load error and the plugin skipped.
+
+Names are first come, first served, and the project's own plugins (the core's built-ins and the
+``npuops-norm``/``-conv``/``-pool``/``-topk`` distributions) come first, then third-party plugins in
+entry-point name order; ``tryfirst``/``trylast`` change nothing here. An op, an implementation name
+of an op or a device that an earlier plugin registered is refused for the later one, and a
+third-party plugin may not add a tier-``ours`` implementation to an op of the project's.
 """
 
 from __future__ import annotations

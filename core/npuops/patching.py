@@ -117,7 +117,9 @@ def patch(model: torch.nn.Module, families: Iterable[str] | None = None) -> Patc
                 continue
             try:
                 forward = finder(module)
-            except Exception as exc:  # a plugin's bug must not cost the model the other plugins
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # a plugin's bug (sys.exit too) must not cost the model the others
                 failed.add(plugin)
                 handle.errors.append(f"plugin {plugin!r} failed on {name or 'the model'} "
                                      f"({type(module).__name__}): {_short_error(exc)}")

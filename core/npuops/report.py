@@ -16,6 +16,7 @@ import html
 import io
 import json
 import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -65,12 +66,20 @@ def call_ms(row: dict[str, Any]) -> float | None:
     return (row.get("call_time") or {}).get("median_ms")
 
 
+def _quotient(a: float, b: float) -> float | None:
+    """a / b (b > 0) where that is a finite number above 0, else None: the rows are checked on
+    reading (times finite and positive), but extreme values still overflow to inf or underflow to 0,
+    and such a figure is left out rather than shown or fed to a logarithm."""
+    q = a / b
+    return q if 0 < q < math.inf else None
+
+
 def row_metrics(row: dict[str, Any], limits: dict[str, Any] | None) -> dict[str, Any]:
     """Throughput, SOL (% of the time no kernel can beat) and the bounding resource; where the row
     has a kernel time, its SOL too (``kernel_sol_pct``): the event time carries the launch and the
     events' own cost (2.4 µs eager, 2.6 replayed on an H200), which no kernel sheds."""
-    t = _median(row) / 1e3
-    out: dict[str, Any] = {"gbps": row["bytes"] / t / 1e9, "tflops": row["flops"] / t / 1e12 if row["flops"] else None,
+    ms = _median(row)  # every division is by a time as read, never by one derived (which could underflow to 0)
+    out: dict[str, Any] = {"gbps": _quotient(row["bytes"] / 1e6, ms), "tflops": _quotient(row["flops"] / 1e9, ms),
                            "sol_pct": None, "kernel_sol_pct": None, "bound": None}
     if not limits:
         return out
@@ -78,10 +87,10 @@ def row_metrics(row: dict[str, Any], limits: dict[str, Any] | None) -> dict[str,
     peak = limits["flops"].get(row["compute_dtype"]) or limits["flops"].get("f32")
     compute_s = row["flops"] / peak if peak and row["flops"] else 0.0
     out["bound"] = "memory" if memory_s >= compute_s else "compute"
-    out["sol_pct"] = 100.0 * max(memory_s, compute_s) / t
+    out["sol_pct"] = _quotient(1e5 * max(memory_s, compute_s), ms)  # 100% × seconds / (ms / 1e3)
     kernels = kernel_ms(row)
     if kernels:
-        out["kernel_sol_pct"] = 100.0 * max(memory_s, compute_s) / (kernels / 1e3)
+        out["kernel_sol_pct"] = _quotient(1e5 * max(memory_s, compute_s), kernels)
     return out
 
 
@@ -104,7 +113,7 @@ def kernel_ratio(rows: list[dict[str, Any]], ours: dict[str, Any]) -> float | No
     times = [kernel_ms(r) for r in alts]
     if not alts or kernel_ms(ours) is None or None in times:
         return None
-    return min(times) / kernel_ms(ours)
+    return _quotient(min(times), kernel_ms(ours))
 
 
 def build_entries(results: Results) -> list[Entry]:
@@ -121,7 +130,7 @@ def build_entries(results: Results) -> list[Entry]:
         entry.ours = min(ours, key=_median) if ours else None
         entry.best_alt = fastest_alternative(rows, entry.ours)
         if entry.ours and entry.best_alt:
-            entry.ratio = _median(entry.best_alt) / _median(entry.ours)
+            entry.ratio = _quotient(_median(entry.best_alt), _median(entry.ours))
             entry.kernel_ratio = kernel_ratio(rows, entry.ours)
         entry.subject = entry.ours or entry.best_alt
         if entry.subject:
@@ -193,7 +202,7 @@ def ratio_text(e: Entry) -> str:
 
 def _workload_order(wid: str) -> tuple:
     digits = "".join(ch for ch in wid if ch.isdigit())
-    return (int(digits) if digits else math.inf, wid)
+    return (float(digits) if digits else math.inf, wid)  # float: an id of 5,000 digits is no int() can take
 
 
 def json_records(results: Results) -> list[dict[str, Any]]:
@@ -206,7 +215,7 @@ def json_records(results: Results) -> list[dict[str, Any]]:
             ratio = by_kernels = None
             if ok and row["tier"] == "ours":
                 best = fastest_alternative(e.rows, row)
-                ratio = _median(best) / _median(row) if best else None
+                ratio = _quotient(_median(best), _median(row)) if best else None
                 by_kernels = kernel_ratio(e.rows, row)
             records.append({
                 "family": e.family, "op": e.op, "workload": e.workload, "impl": row["impl"],
@@ -224,6 +233,27 @@ def json_records(results: Results) -> list[dict[str, Any]]:
 
 
 # -- shared cell text ------------------------------------------------------------------------------
+
+# Every text from a results file (names, labels, reasons, the env) is shown as text, never obeyed:
+# control characters (escape sequences that drive a terminal, bidi overrides that reorder what is
+# seen) and lone surrogates (no encoder takes them) are shown as Python escapes, in every format;
+# then each renderer escapes its own syntax in every cell, heading and line it builds from them.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def plain(text: str) -> str:
+    """``text`` with control characters shown as escapes (``\\x1b``)."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
+def markdown_text(text: str) -> str:
+    """``text`` as markdown shows it: no HTML, no cell cut by a '|', no code span, link or emphasis."""
+    return re.sub(r"([\\`*\[\]<>|&])", r"\\\1", plain(text))
+
+
+def html_text(text: str) -> str:
+    return html.escape(plain(text))
+
 
 def fmt_ms(ms: float | None) -> str:
     if ms is None:
@@ -269,7 +299,7 @@ def throughput_text(e: Entry) -> str:
     mark = "" if e.ours else "†"
     if m.get("bound") == "compute" and m.get("tflops"):
         return f"{m['tflops']:.1f} TFLOP/s{mark}"
-    return f"{m['gbps']:.0f} GB/s{mark}"
+    return f"{m['gbps']:.0f} GB/s{mark}" if m.get("gbps") else "·"
 
 
 def sol_text(e: Entry) -> str:
@@ -323,10 +353,14 @@ HEADERS = ("Workload", "Ratio alt/ours", "Device time ms", "Alternatives (name �
 # -- formats ---------------------------------------------------------------------------------------
 
 def render_terminal(results: Results, console: Any) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
+    def esc(text: str) -> str:
+        return escape(plain(text))
+
     for line in _env_lines(results):
-        console.print(f"[dim]{line}[/dim]")
+        console.print(f"[dim]{esc(line)}[/dim]")
     colors = {"faster": "green", "slower": "red", "level": "", "none": ""}
     all_entries = build_entries(results)
     summaries = summarize(all_entries)
@@ -336,30 +370,31 @@ def render_terminal(results: Results, console: Any) -> None:
             table.add_column(h, overflow="fold")
         for summary in summaries:
             style = colors[ratio_class(summary.geomean_ratio)]
-            cells = summary_cells(summary)
+            cells = [esc(c) for c in summary_cells(summary)]
             if style:
                 cells[3] = f"[{style}]{cells[3]}[/{style}]"
             table.add_row(*cells)
         console.print(table)
     for (family, op, regime), entries in _grouped(all_entries).items():
-        table = Table(title=f"{family} · {op} · {regime}", title_justify="left", show_lines=False)
+        table = Table(title=esc(f"{family} · {op} · {regime}"), title_justify="left", show_lines=False)
         for h in HEADERS:
             table.add_column(h, overflow="fold")
         for e in entries:
             style = colors[ratio_class(e.ratio)]
             ratio = f"[{style}]{ratio_text(e)}[/{style}]" if style else ratio_text(e)
-            alts = "\n".join(f"{n}: {t}" for n, t in alternative_cells(e))
-            table.add_row(f"{e.workload} {e.label} {e.dtype}", ratio, ours_text(e), alts, throughput_text(e),
+            alts = "\n".join(esc(f"{n}: {t}") for n, t in alternative_cells(e))
+            table.add_row(esc(f"{e.workload} {e.label} {e.dtype}"), ratio, ours_text(e), alts, throughput_text(e),
                           sol_text(e), e.metrics.get("bound") or "·")
         console.print(table)
     console.print(f"[dim]{footnote(all_entries)}[/dim]")
 
 
 def render_markdown(results: Results) -> str:
+    esc = markdown_text
     out = io.StringIO()
     out.write("# npuops results\n\n")
     for line in _env_lines(results):
-        out.write(f"- {line}\n")
+        out.write(f"- {esc(line)}\n")
     all_entries = build_entries(results)
     out.write(f"\n{footnote(all_entries)}\n")
     summaries = summarize(all_entries)
@@ -367,13 +402,13 @@ def render_markdown(results: Results) -> str:
         out.write("\n## Summary: ours against the fastest alternative, per op\n\n")
         out.write("| " + " | ".join(SUMMARY_HEADERS) + " |\n|" + "---|" * len(SUMMARY_HEADERS) + "\n")
         for summary in summaries:
-            out.write("| " + " | ".join(summary_cells(summary)) + " |\n")
+            out.write("| " + " | ".join(map(esc, summary_cells(summary))) + " |\n")
     for (family, op, regime), entries in _grouped(all_entries).items():
-        out.write(f"\n## {family} · {op} · {regime}\n\n")
+        out.write(f"\n## {esc(f'{family} · {op} · {regime}')}\n\n")
         out.write("| " + " | ".join(HEADERS) + " |\n|" + "---|" * len(HEADERS) + "\n")
         for e in entries:
-            alts = "<br>".join(f"{n}: {t}".replace("|", "\\|") for n, t in alternative_cells(e))
-            cells = [f"{e.workload} {e.label} {e.dtype}", ratio_text(e), ours_text(e), alts,
+            alts = "<br>".join(esc(f"{n}: {t}") for n, t in alternative_cells(e))
+            cells = [esc(f"{e.workload} {e.label} {e.dtype}"), ratio_text(e), ours_text(e), alts,
                      throughput_text(e), sol_text(e), e.metrics.get("bound") or "·"]
             out.write("| " + " | ".join(cells) + " |\n")
     return out.getvalue()
@@ -385,7 +420,7 @@ def render_csv(results: Results) -> str:
     if records:
         writer = csv.DictWriter(out, fieldnames=list(records[0]))
         writer.writeheader()
-        writer.writerows(records)
+        writer.writerows({k: plain(v) if isinstance(v, str) else v for k, v in r.items()} for r in records)
     return out.getvalue()
 
 
@@ -408,7 +443,7 @@ h2{font-size:16px;margin-top:1.6em}
 
 
 def render_html(results: Results) -> str:
-    esc = html.escape
+    esc = html_text
     all_entries = build_entries(results)
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>npuops results</title>",
              f"<style>{_CSS}</style></head><body><h1>npuops results</h1>"]

@@ -168,7 +168,17 @@ def load_workload_file(path: str | Path) -> list[Workload]:
     path = Path(path)
     if not path.exists():
         raise WorkloadError(f"workload file {str(path)!r} does not exist")
-    text = path.read_text()
+    if path.is_dir():
+        raise WorkloadError(f"workload file {str(path)!r} is a folder; give a .toml or .json file")
+    if path.suffix not in (".toml", ".json"):
+        raise WorkloadError(f"workload file {str(path)!r}: use a .toml or .json file")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"workload file {str(path)!r} is not UTF-8 text (byte {exc.start}); "
+                            f"give a {path.suffix[1:].upper()} text file") from None
+    except OSError as exc:
+        raise WorkloadError(f"workload file {str(path)!r} cannot be read: {exc.strerror or exc}") from None
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
@@ -180,6 +190,9 @@ def load_workload_file(path: str | Path) -> list[Workload]:
             raise WorkloadError(f"workload file {str(path)!r}: use a .toml or .json file")
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise WorkloadError(f"workload file {str(path)!r} is not valid {path.suffix[1:].upper()}: {exc}") from None
+    except RecursionError:
+        raise WorkloadError(f"workload file {str(path)!r} nests too deeply to read; a workload is a flat table "
+                            "of op, id, dtype, shapes and params") from None
     if not isinstance(records, list) or not records:
         hint = "[[workload]] tables" if path.suffix == ".toml" else 'a list or {"workloads": [...]}'
         raise WorkloadError(f"workload file {str(path)!r} holds no workloads; expected {hint}")
@@ -191,6 +204,9 @@ def load_workload_file(path: str | Path) -> list[Workload]:
             workloads.append(Workload.from_dict(record, source=str(path)))
         except WorkloadError as exc:
             raise WorkloadError(f"workload file {str(path)!r}, entry {i}: {exc}") from None
+        except RecursionError:
+            raise WorkloadError(f"workload file {str(path)!r}, entry {i}: a value nests too deeply; "
+                                "params are numbers, strings, booleans or short lists of them") from None
     return workloads
 
 

@@ -258,3 +258,10 @@ def test_row_counts_share_a_build():
         torch.testing.assert_close(F.rms_norm(x, (4096,), w, 1e-6), TF.rms_norm(x, (4096,), w, 1e-6),
                                    atol=2e-2, rtol=2e-2)
     assert built_kernels() - before <= 4
+
+
+def test_tensors_on_two_devices_are_named_by_the_drop_ins_too():
+    x, w = torch.randn(4, 64), torch.randn(64)
+    F.rms_norm(x, (64,), w)  # a CPU plan exists: a meta weight must not reuse it
+    with pytest.raises(ValueError, match="weight is on meta but x is on cpu"):
+        F.rms_norm(x, (64,), w.to("meta"))
