@@ -273,3 +273,13 @@ def test_text_from_the_file_is_shown_never_obeyed(capsys, tmp_path):
     term = console.file.getvalue()
     assert "\x1b" not in term and "\u202e" not in term and shown in term
     assert "[bold]b[/bold]" in term and "[red]alt[/red]" in term  # markup shown, not applied
+
+
+def test_a_csv_cell_is_never_a_formula(capsys, tmp_path):
+    path = tmp_path / "f.jsonl"
+    with ResultsWriter(path) as w:
+        w.append({"record": "env", "run_id": "r1", "device": {"model": "x"}, "limits": LIMITS})
+        w.append(row("ours_kernel", "ours", "eager", 0.002, label='=HYPERLINK("http://x","y")'))
+        w.append(row("@SUM(A1)", "torch_eager", "eager", 0.003))
+    text = report(capsys, path, "csv")
+    assert "'=HYPERLINK" in text and "'@SUM(A1)" in text and ",=HYPERLINK" not in text and ",@SUM" not in text

@@ -414,13 +414,20 @@ def render_markdown(results: Results) -> str:
     return out.getvalue()
 
 
+def csv_text(text: str) -> str:
+    """A text cell as a spreadsheet shows it, never runs it: control characters escaped, and a
+    leading ``= + - @`` (a formula to Excel and its kind) quoted with an apostrophe."""
+    text = plain(text)
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@") else text
+
+
 def render_csv(results: Results) -> str:
     records = json_records(results)
     out = io.StringIO()
     if records:
         writer = csv.DictWriter(out, fieldnames=list(records[0]))
         writer.writeheader()
-        writer.writerows({k: plain(v) if isinstance(v, str) else v for k, v in r.items()} for r in records)
+        writer.writerows({k: csv_text(v) if isinstance(v, str) else v for k, v in r.items()} for r in records)
     return out.getvalue()
 
 
