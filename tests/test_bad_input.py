@@ -136,8 +136,9 @@ def test_a_binary_results_file(capsys, tmp_path, content):
     ("w.json", b"\x00\x01\xff\xfe" * 64, "is not UTF-8 text"),
     ("w.json", b"[" * 100_000 + b"]" * 100_000, "nests too deeply to read"),
     ("w.toml", b"x = " + b"[" * 100_000 + b"]" * 100_000, "nests too deeply to read"),
-    ("w.json", json.dumps([{"op": "RMSNormFwd", "id": "U1", "dtype": "f32", "shapes": {"x": [4, 8]},
-                            "params": {"eps": json.loads("[" * 950 + "]" * 950)}}]).encode(), "nests too deeply"),
+    # Written as text: encoding so deep a value with json.dumps needs the recursion limit it tests.
+    ("w.json", b'[{"op": "RMSNormFwd", "id": "U1", "dtype": "f32", "shapes": {"x": [4, 8]}, "params": {"eps": '
+     + b"[" * 950 + b"]" * 950 + b"}}]", "nests too deeply"),
     ("w.bin", b"[]", "use a .toml or .json file"),
 ])
 def test_unreadable_workload_files(capsys, tmp_path, name, content, expected):
