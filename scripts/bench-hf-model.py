@@ -49,7 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda")
     p.add_argument("--arch", choices=sorted(ARCHS), default="llama")
     p.add_argument("--tokens", type=ints, default=[1, 512, 2048], help="prompt lengths timed warm")
-    p.add_argument("--unseen", type=ints, default=[700, 900, 1100, 1300, 1500, 1700], help="prompt lengths first seen when timed")
+    # 50 and 100 fall in a row class of the norm kernel that 1, 512 and 2048 do not build: their
+    # first forward runs a stand-in while that class builds behind (npuops.functional._kernel).
+    p.add_argument("--unseen", type=ints, default=[50, 100, 700, 900, 1100, 1300, 1500, 1700],
+                   help="prompt lengths first seen when timed")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--heads", type=int, default=32)
