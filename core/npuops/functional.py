@@ -41,7 +41,7 @@ import torch
 from .data import InputRNG
 from .errors import WorkloadError
 from .impl import KernelKey
-from .kernels import layout_problem
+from .kernels import VECTOR_BYTES, layout_problem
 from .workload import Workload, dtype_name
 
 
@@ -345,19 +345,9 @@ class DropIn:
                 key.append((t.shape, t.dtype, t.is_cuda, t.is_meta, t.get_device()))
             else:
                 plan = self._plans.get(tuple(key))
-                if plan is not None and plan.launch is not None and plan.pending is None:
-                    for t in tensors:
-                        if not t.is_contiguous() or t.data_ptr() % 16:
-                            break
-                    else:
-                        try:
-                            outputs = plan.launch(*tensors)
-                        except Exception as exc:  # a launch failure runs torch's formulation, once reported
-                            self._launch_failed(plan, exc)
-                            return self._run(args, tensors)
-                        plan.launches += 1
-                        return outputs if self._single else _pick(self.fn, outputs)
-                return self._run(args, tensors)
+                if plan is None or plan.pending is not None:
+                    plan = None  # new, or waiting for a build: _run makes it again
+                return self._run(args, tensors, plan)
         args = self._complete(args, {})  # the types checked: the eager test took only plain tensors
         if self._differentiable or not self._wants_grad(tensors):
             return self.custom_op(*args)
@@ -365,27 +355,25 @@ class DropIn:
         record(self.fn.name, "gradient through an in-place op")
         return _pick(self.fn, plan.formulation(**dict(zip(plan.names, tensors))))
 
-    def _launch_failed(self, plan: _Plan, exc: Exception) -> None:
-        _warn_once(self.fn.name, f"our kernel failed to launch ({type(exc).__name__}: {exc})")
-        plan.kernel, plan.launch, plan.reason = None, None, "kernel failed to launch"
-
-    def _run(self, args: tuple, tensors: tuple) -> Any:
-        """A call by its plan, made if new (the custom op's implementation, and eager calls whose
-        plan is new, waits for a build or runs torch's formulation)."""
-        plan = self._plan_for(args)
-        launch = plan.launch
-        reason = plan.reason
+    def _run(self, args: tuple, tensors: tuple, plan: _Plan | None = None) -> Any:
+        """A call by its plan (``__call__`` found it; else looked up, made if new): our kernel where
+        the plan has one and the inputs are laid out for it (what ``layout_problem`` checks, here
+        without making its message), else torch's formulation."""
+        if plan is None:
+            plan = self._plan_for(args)
+        launch, reason = plan.launch, plan.reason
         if launch is not None:
             for t in tensors:
-                if not t.is_contiguous() or t.data_ptr() % 16:
+                if not t.is_contiguous() or t.data_ptr() % VECTOR_BYTES:
                     launch, reason = None, "non-contiguous or misaligned input"
                     break
         if launch is not None:
             try:
                 outputs = launch(*tensors)
             except Exception as exc:  # a launch failure runs torch's formulation, once reported
-                self._launch_failed(plan, exc)
-                return self._run(args, tensors)
+                _warn_once(self.fn.name, f"our kernel failed to launch ({type(exc).__name__}: {exc})")
+                plan.kernel, plan.launch, plan.reason = None, None, "kernel failed to launch"
+                return self._run(args, tensors, plan)
             plan.launches += 1
             return outputs if self._single else _pick(self.fn, outputs)
         record(self.fn.name, reason)

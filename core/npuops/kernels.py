@@ -234,6 +234,7 @@ class BoundKernel:
         self._launch = launcher(kernel, device, [shape for _, shape in spec.params])
         self._positions = {name: i for i, (name, _) in enumerate(spec.params)}
         self._inputs = [(i, name, shape) for i, (name, shape) in enumerate(spec.params) if name not in spec.outputs]
+        self._prepared: dict[tuple, Callable[..., Any]] = {}
 
     def _sizes(self, shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
         """The named sizes inputs of ``shapes`` give (``derived`` ones too), every dim checked."""
@@ -256,8 +257,12 @@ class BoundKernel:
             problem = layout_problem(tensor)
             if problem:
                 raise ValueError(f"input {name!r} {problem}")
-        return self.prepare(tuple(given), {name: tuple(t.shape) for name, t in given.items()},
-                            {name: t.dtype for name, t in given.items()})(*given.values())
+        signature = tuple((name, tuple(t.shape), t.dtype) for name, t in given.items())
+        launch = self._prepared.get(signature)
+        if launch is None:  # prepared once per signature: the runner calls one signature many times
+            launch = self._prepared[signature] = self.prepare(
+                tuple(given), {name: shape for name, shape, _ in signature}, {name: d for name, _, d in signature})
+        return launch(*given.values())
 
     def prepare(self, names: Sequence[str], shapes: Mapping[str, Sequence[int]],
                 dtypes: Mapping[str, torch.dtype] | None = None) -> Callable[..., Any]:

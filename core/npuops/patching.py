@@ -16,12 +16,10 @@ from collections.abc import Callable, Iterable
 from types import MethodType
 from typing import Any
 
-import pluggy
 import torch
 
-from . import hookspecs
 from .errors import unknown
-from .registry import DISABLE_ENV, Registry, _call_each, _env_list, _register_plugins, _short_error
+from .registry import _short_error, load_registry
 
 # The functions patch() has bound as some module's forward: a module whose forward is one of them is
 # already patched (also in a deepcopy of a patched model, whose bound methods follow the copy).
@@ -73,13 +71,10 @@ def module_forward_finders(families: Iterable[str] | None = None,
     """(plugin, finder) for each finder the installed plugins contribute, of the plugins named in
     ``families`` (all by default). A plugin that fails to load or whose hook raises is left out and
     described in ``errors``. ``NPUOPS_DISABLE_PLUGINS`` applies."""
-    registry = Registry()  # only for its plugin records and load errors; no ops are loaded
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    _register_plugins(pm, registry, _env_list(DISABLE_ENV))
-    finders = list(_call_each(pm, registry, "npuops_module_forwards"))
-    if errors is not None:
-        errors.extend(str(e) for e in registry.errors)
+    registry = load_registry()
+    finders = list(registry.call_each("npuops_module_forwards"))
+    if errors is not None:  # the plugins that failed to load, or failed this hook
+        errors.extend(str(e) for e in registry.errors if e.stage in ("import", "npuops_module_forwards"))
     if families is not None:
         wanted = set(families)
         offered = {plugin for plugin, _ in finders}

@@ -117,6 +117,12 @@ class Registry:
         self.devices: dict[str, Device] = {}
         self.plugins: dict[str, PluginInfo] = {}
         self.errors: list[LoadError] = []
+        self.hooks: pluggy.PluginManager | None = None  # the plugins' hooks, for call_each
+
+    def call_each(self, hook_name: str, **kwargs: Any) -> Iterable[tuple[str, Any]]:
+        """(plugin, item) for each item a hook of the loaded plugins returns, plugin by plugin (see
+        ``_call_each``): for hooks the registry itself does not gather (``npuops_module_forwards``)."""
+        return _call_each(self.hooks, self, hook_name, **kwargs)
 
     # -- lookups with helpful errors ----------------------------------------------------------
     @property
@@ -291,7 +297,7 @@ def load_registry(strict: bool | None = None, disabled: Iterable[str] | None = N
     strict = _env_flag(STRICT_ENV) if strict is None else strict
     disabled_set = _env_list(DISABLE_ENV) if disabled is None else set(disabled)
     registry = Registry()
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    registry.hooks = pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     _register_plugins(pm, registry, disabled_set)
 
