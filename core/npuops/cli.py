@@ -20,6 +20,7 @@ from rich.table import Table
 from .errors import NpuopsError
 from .registry import Registry, load_registry
 from .report import FORMATS
+from .results import kernel_filesystem
 from .timing import REGIMES
 
 DEFAULT_RESULTS = "npuops-results.jsonl"
@@ -57,24 +58,12 @@ def positive_seconds(text: str) -> float:
 positive_int.__name__ = "positive integer"  # argparse names the type in its errors
 positive_seconds.__name__ = "positive number of seconds"
 
-# Kernel filesystems: writes there are not files, and reads are not what was written.
-_SPECIAL_ROOTS = ("/proc", "/sys")
-
-
-def _special(path: Path) -> str | None:
-    resolved = str(path.resolve())
-    for root in _SPECIAL_ROOTS:
-        if resolved == root or resolved.startswith(root + "/"):
-            return root
-    return None
-
-
 def _output_path(flag: str, value: str, create_parents: bool, example: str = DEFAULT_RESULTS) -> Path:
     """``value`` as a file we may write, or an NpuopsError saying why not (one line)."""
     if not value.strip():
         raise NpuopsError(f"{flag} is empty; name a file, e.g. {flag} {example}")
     path = Path(value)
-    root = _special(path)
+    root = kernel_filesystem(path)
     if root is not None:
         raise NpuopsError(f"{flag} {value!r} is under {root}, a kernel filesystem, not a place for files; "
                           "name a file in an ordinary folder")

@@ -113,6 +113,13 @@ def malformed(record: Any) -> str | None:
     return None
 
 
+def kernel_filesystem(path: str | Path) -> str | None:
+    """The kernel filesystem (/proc, /sys) ``path`` lies in, or None: writes there are not files,
+    and reads are not what was written (nor, at times, of any end)."""
+    resolved = os.path.realpath(path)
+    return next((root for root in ("/proc", "/sys") if resolved == root or resolved.startswith(root + "/")), None)
+
+
 def _is_results_file(path: Path) -> bool:
     """Whether a results file is at ``path`` (False: none yet). Anything but a regular file is an
     error: a directory, a device (/dev/full and /dev/zero read without end) or a file of a kernel
@@ -123,10 +130,10 @@ def _is_results_file(path: Path) -> bool:
         return False
     except OSError as exc:
         raise NpuopsError(f"results file {str(path)!r} cannot be reached: {exc.strerror or exc}") from None
-    kernel = Path(os.path.realpath(path)).parts[1:2] in (("proc",), ("sys",))
+    kernel = kernel_filesystem(path)
     if stat.S_ISREG(mode) and not kernel:
         return True
-    what = "a directory" if stat.S_ISDIR(mode) else "under /proc or /sys" if kernel else "a device, pipe or socket"
+    what = "a directory" if stat.S_ISDIR(mode) else f"under {kernel}" if kernel else "a device, pipe or socket"
     raise NpuopsError(f"results file {str(path)!r} is {what}, not a regular file; name a file such as results.jsonl")
 
 
