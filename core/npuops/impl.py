@@ -40,7 +40,7 @@ class Implementation:
     reason it cannot run that workload there.
 
     ``variants(op, workload)``, where given, lists launch configurations to choose among, the
-    default first; ``build(op, workload, device, config=c)`` builds one. A plain run builds the
+    default first (none: the default build only); ``build(op, workload, device, config=c)`` builds one. A plain run builds the
     default; a tuning run (``npuops run --tune``) checks every variant, times each and measures the
     fastest (near ties broken by the graph regime, see ``RunOptions.tuning_tie``), recording what it
     tried.
@@ -77,9 +77,10 @@ class Implementation:
     def builds(self, op: Op, w: Workload, device: torch.device, tune: bool) -> list[Callable[..., Any]]:
         """The callables to check (and, several, to choose among by time): the default build, or
         with ``tune`` one per variant."""
-        if not (tune and self.variants):
+        configs = self.variants(op, w) if tune and self.variants else ()
+        if not configs:
             return [self.build(op, w, device)]
-        return [self.build(op, w, device, config=config) for config in self.variants(op, w)]
+        return [self.build(op, w, device, config=config) for config in configs]
 
     def build_key(self, op: Op, w: Workload) -> Hashable:
         return self.key(op, w) if self.key is not None else w.fingerprint

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from .impl import Implementation, KeyFn, VariantsFn
+from .op import KernelOp
 
 if TYPE_CHECKING:
     from .devices import Device
@@ -382,30 +383,18 @@ def tilelang_implementation(
                           key=key)
 
 
-def _build(op: Op, w: Workload, device: torch.device, config: Mapping[str, Any] | None = None) -> Callable[..., Any]:
-    return op.tilelang_build(w, device) if config is None else op.tilelang_build(w, device, config)
-
-
-def _variants(op: Op, w: Workload) -> Sequence[Mapping[str, Any]]:
-    return op.tilelang_variants(w)
-
-
-def _key(op: Op, w: Workload) -> Any:
-    return op.kernel_key(w)
+def _build(op: KernelOp, w: Workload, device: torch.device, config: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+    return op.tilelang_build(w, device, config)
 
 
 def kernel_implementations(ops: Mapping[str, Op], package: str, description: str) -> list[Implementation]:
-    """The ``ours`` implementation of every op of ``package`` that defines ``tilelang_build(w,
-    device)`` (and ``kernel_unsupported(w)``, None where its kernel takes ``w``) and whose kernel
-    covers at least one of its workloads. Ops that also define ``tilelang_variants(w)`` (launch
-    configurations, the default first) take ``tilelang_build(w, device, config)`` for each; those
-    that define ``kernel_key(w)`` build once per key (see ``Implementation.key``)."""
+    """The ``ours`` implementation of every :class:`~npuops.op.KernelOp` of ``package`` whose
+    kernel takes at least one of its workloads (``description``: of those whose class gives none)."""
     return [
         tilelang_implementation(op.name, _build, supports=lambda op, w: op.kernel_unsupported(w),
-                                description=getattr(op, "kernel_description", description),
-                                variants=_variants if callable(getattr(op, "tilelang_variants", None)) else None,
-                                key=_key if callable(getattr(op, "kernel_key", None)) else None)
+                                description=op.kernel_description or description,
+                                variants=lambda op, w: op.tilelang_variants(w), key=lambda op, w: op.kernel_key(w))
         for op in ops.values()
-        if type(op).__module__.startswith(f"{package}.") and hasattr(op, "tilelang_build")
+        if isinstance(op, KernelOp) and type(op).__module__.startswith(f"{package}.")
         and any(op.kernel_unsupported(w) is None for w in op.workloads)
     ]

@@ -8,7 +8,7 @@ registered separately, see :mod:`npuops.impl`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -228,6 +228,41 @@ class Op:
         compare = 7 * max((t.numel() * high_precision(t).dtype.itemsize for t in outputs), default=0)
         return 4 * read + 3 * written + compare + (64 << 20)
 
+
+
+class KernelOp(Op):
+    """An op with kernels of ours: the interface between an op and them, in one place.
+
+    A family subclasses it (instead of :class:`Op`) for the ops it has kernels for, and its
+    plugin's ``npuops_implementations`` hook returns ``npuops.kernels.kernel_implementations(ops,
+    __package__, description)``: one ``ours`` implementation per such op whose kernel takes at
+    least one of its workloads. The runner and the functions for model code then call:
+
+    - :meth:`kernel_unsupported` before anything else: None where the kernel computes ``w``, else
+      the reason it does not (the row is skipped with it; a function call runs torch's
+      formulation). Called for every catalog workload when the plugin loads: keep it cheap.
+    - :meth:`kernel_key` to find the build that serves ``w``: workloads of equal keys share one
+      (a kernel taking sizes at launch serves every size of its key; a ``KernelKey`` lets a build
+      of another launch class stand in while one is built).
+    - :meth:`tilelang_variants` for ``npuops run --tune``: launch configurations, the default first.
+    - :meth:`tilelang_build` to compile: the callable checked, timed and called as
+      ``fn(**inputs)`` (usually ``KernelSpec.compile``'s); ``config`` one of the variants, None
+      for the default launch. A failure to build fails the row (the functions fall back to torch).
+    """
+
+    kernel_description: ClassVar[str] = ""  # one line for `npuops list`; the plugin's description if empty
+
+    def kernel_unsupported(self, w: Workload) -> str | None:
+        return None
+
+    def kernel_key(self, w: Workload) -> Hashable:
+        return w.fingerprint  # one build per workload
+
+    def tilelang_variants(self, w: Workload) -> Sequence[Mapping[str, Any]]:
+        return ()  # the default launch only
+
+    def tilelang_build(self, w: Workload, device: torch.device, config: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+        raise NotImplementedError(f"{self.name} defines no tilelang_build")
 
 def _as_tuple(x: Any) -> tuple:
     if isinstance(x, tuple | list):

@@ -10,7 +10,7 @@ wrong input gets a ValueError that says what was expected.
 import torch
 import torch.nn.functional as F
 from npuops import discover_op_classes
-from npuops.functional import OpFunction, define_function, torch_call
+from npuops.functional import OpFunction, define_function, drop_in, torch_call
 
 _OP_CLASSES = {cls.name: cls for cls in discover_op_classes("npuops_norm.ops")}
 
@@ -61,6 +61,7 @@ def _over_trailing(op, input, shape, *args):
 _EPSILONS = {dtype: torch.finfo(dtype).eps for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)}
 
 
+@drop_in
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """``torch.nn.functional.rms_norm``: y = x / sqrt(mean(x², normalized dims) + eps) * weight,
     eps by default the input dtype's machine epsilon (as torch's)."""
@@ -75,6 +76,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     return _over_trailing(_rms_norm, input, shape, weight, float(eps))
 
 
+@drop_in
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """``torch.nn.functional.layer_norm``: y = (x - mean) / sqrt(var + eps) * weight + bias over the
     normalized dims."""
@@ -87,6 +89,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return _over_trailing(_layer_norm, input, shape, weight, bias, float(eps))
 
 
+@drop_in
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     """``torch.nn.functional.normalize``: x / max(||x||_p, eps) over ``dim``."""
     if out is not None or p not in (1, 2) or not isinstance(dim, int) or isinstance(dim, bool):

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from npuops.functional import OpFunction, define_function, torch_call
+from npuops.functional import OpFunction, define_function, drop_in, torch_call
 
 
 def _why(input: Any) -> str:
@@ -166,21 +166,25 @@ def _adaptive(fn, torch_function, input, output_size, *return_indices):
 
 
 # -- the drop-ins ---------------------------------------------------------------------------------
+@drop_in
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """``torch.nn.functional.max_pool1d``: values, or (values, int64 indices) with ``return_indices``."""
     return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, bool(return_indices), F.max_pool1d)
 
 
+@drop_in
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """``torch.nn.functional.max_pool2d``: values, or (values, int64 indices) with ``return_indices``."""
     return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, bool(return_indices), F.max_pool2d)
 
 
+@drop_in
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """``torch.nn.functional.max_pool3d``: values, or (values, int64 indices) with ``return_indices``."""
     return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, bool(return_indices), F.max_pool3d)
 
 
+@drop_in
 def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                             return_indices=False):
     """``torch.nn.functional.max_pool1d_with_indices``: (values, int64 indices), whatever
@@ -188,6 +192,7 @@ def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation
     return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, True, F.max_pool1d_with_indices)
 
 
+@drop_in
 def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                             return_indices=False):
     """``torch.nn.functional.max_pool2d_with_indices``: (values, int64 indices), whatever
@@ -195,6 +200,7 @@ def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation
     return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, True, F.max_pool2d_with_indices)
 
 
+@drop_in
 def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                             return_indices=False):
     """``torch.nn.functional.max_pool3d_with_indices``: (values, int64 indices), whatever
@@ -202,29 +208,34 @@ def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation
     return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, True, F.max_pool3d_with_indices)
 
 
+@drop_in
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
     """``torch.nn.functional.avg_pool1d``."""
     return _avg_pool(1, input, kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
+@drop_in
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """``torch.nn.functional.avg_pool2d``."""
     return _avg_pool(2, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
+@drop_in
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """``torch.nn.functional.avg_pool3d``."""
     return _avg_pool(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
+@drop_in
 def adaptive_avg_pool2d(input, output_size):
     """``torch.nn.functional.adaptive_avg_pool2d``: ``output_size`` an int or two, None keeping
     that input size."""
     return _adaptive(_adaptive_avg_pool2d, F.adaptive_avg_pool2d, input, output_size)
 
 
+@drop_in
 def adaptive_max_pool2d(input, output_size, return_indices=False):
     """``torch.nn.functional.adaptive_max_pool2d``: values, or (values, int64 indices) with
     ``return_indices``."""
@@ -233,6 +244,7 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
     return _adaptive(_adaptive_max_pool2d, F.adaptive_max_pool2d, input, output_size)
 
 
+@drop_in
 def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False):
     """``torch.nn.functional.adaptive_max_pool2d_with_indices``: (values, int64 indices), whatever
     ``return_indices`` says (as torch's)."""

@@ -3,12 +3,12 @@ of every output (the row-wise norms, L1/L2 normalize, weight and spectral norm).
 
 import math
 
-from npuops import Cost, Op
+from npuops import Cost, KernelOp
 
 from ..rowwise_kernel import RowNorm, rowwise_unsupported
 
 
-class SinglePassNormOp(Op):
+class SinglePassNormOp(KernelOp):
     """Bytes come from the core's meta run of the inputs and the torch formulation, so byte counts
     cannot drift from what the op moves."""
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from npuops import Cost, Op, Param, Tolerance, WorkloadError, high_precision, tensor_bytes
+from npuops import Cost, KernelOp, Param, Tolerance, WorkloadError, high_precision, tensor_bytes
 from npuops.workload import dtype_name
 
 SPATIAL_NAMES = {1: ("L_in",), 2: ("H_in", "W_in"), 3: ("D_in", "H_in", "W_in")}
@@ -54,7 +54,7 @@ class Axis:
     covered: int
 
 
-class PoolOp(Op):
+class PoolOp(KernelOp):
     """Base of the pooling ops; subclasses define :meth:`axes` (the geometry, validated)."""
 
     family = "pool"

@@ -4,14 +4,14 @@ import math
 
 import torch
 
-from npuops import Cost, Op, Param, WorkloadError, reference_math, tensor_bytes
+from npuops import Cost, KernelOp, Param, WorkloadError, reference_math, tensor_bytes
 
 from ._selection import Selection, judge_selection
 
 SHAPE_PARAMS = ("batch", "seq_len", "seq_len_kv", "kv_group")
 
 
-class TopkSelectorFwd(Op):
+class TopkSelectorFwd(KernelOp):
     """DeepSeek-V3.2 sparse attention's top-k key selection (the lightning indexer's selector).
 
     Inputs: ``index_score: [batch, seq_len, seq_len_kv, kv_group]`` (finite scores of every query

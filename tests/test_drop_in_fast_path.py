@@ -1,0 +1,117 @@
+"""The drop-ins' eager fast path (``npuops.functional.drop_in``): a call of a signature seen before
+launches the kernel its first call ran, with none of the front's work; every other call runs the
+front as written. On the CPU, plans get a stand-in kernel that counts its launches and computes
+the op's formulation."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import npuops_norm
+import npuops_pool
+from npuops import functional
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Every plan made during the test launches a counting stand-in kernel on the CPU."""
+    counted: list[str] = []
+    made = functional._plan
+
+    def plan_with_a_kernel(fn, described, devices, params):
+        plan = made(fn, described, devices, params)
+        if plan.launch is None and plan.reason == "cpu device":
+            formulation, names = plan.formulation, plan.names
+
+            def launch(*tensors):
+                counted.append(fn.name)
+                return formulation(**dict(zip(names, tensors)))
+
+            plan.kernel, plan.launch, plan.reason = "stand-in", launch, None
+        return plan
+
+    monkeypatch.setattr(functional, "_plan", plan_with_a_kernel)
+    for function in functional._functions:
+        monkeypatch.setattr(function, "_plans", {})
+    functional.reset_coverage()
+    return counted
+
+
+def test_a_repeated_signature_skips_the_front_and_gives_the_same_result(launches, monkeypatch):
+    x, w = torch.randn(3, 64), torch.randn(64)
+    first = npuops_norm.rms_norm(x, (64,), w, 1e-6)
+    fronts = []
+    monkeypatch.setattr(npuops_norm.functional, "_trailing", lambda *a: fronts.append(a) or (64,))
+    again = npuops_norm.rms_norm(x, (64,), w, 1e-6)
+    assert fronts == [] and launches == ["rms_norm", "rms_norm"]
+    torch.testing.assert_close(again, first)
+    torch.testing.assert_close(again, F.rms_norm(x, (64,), w, 1e-6))
+    assert functional.coverage()["rms_norm"]["ours"] == 2
+
+
+def test_the_fast_path_takes_new_tensors_of_the_same_signature(launches):
+    w = torch.randn(32)
+    for _ in range(3):
+        x = torch.randn(5, 32)
+        torch.testing.assert_close(npuops_norm.rms_norm(x, (32,), w, 1e-5), F.rms_norm(x, (32,), w, 1e-5))
+    assert len(launches) == 3
+
+
+def test_a_call_the_kernel_cannot_take_runs_the_front(launches):
+    x, w = torch.randn(4, 64), torch.randn(64)
+    npuops_norm.rms_norm(x, (64,), w, 1e-6)
+    strided = torch.randn(64, 4).t()  # same shape, dtype and device; not contiguous
+    torch.testing.assert_close(npuops_norm.rms_norm(strided, (64,), w, 1e-6), F.rms_norm(strided, (64,), w, 1e-6))
+    assert launches == ["rms_norm"]
+    assert functional.coverage()["rms_norm"]["why"] == {"non-contiguous or misaligned input": 1}
+
+
+def test_values_equal_in_python_but_not_to_torch_do_not_share_an_entry(launches):
+    x = torch.randn(1, 2, 8, 8)
+    npuops_pool.max_pool2d(x, (2, 2))
+    with pytest.raises(TypeError):  # torch refuses a bool in an int[] argument; 1 == True in Python
+        npuops_pool.max_pool2d(x, (True, 2))
+    with pytest.raises(TypeError):
+        npuops_pool.max_pool2d(x, (2.0, 2.0))
+    torch.testing.assert_close(npuops_pool.max_pool2d(x, 2, ceil_mode=True), F.max_pool2d(x, 2, ceil_mode=True))
+
+
+def test_keyword_arguments_lists_and_gradients_are_served(launches):
+    x = torch.randn(2, 3, 9, 9)
+    for _ in range(2):
+        torch.testing.assert_close(npuops_pool.avg_pool2d(x, kernel_size=3, stride=2), F.avg_pool2d(x, 3, 2))
+        torch.testing.assert_close(npuops_pool.avg_pool2d(x, [3, 3], [2, 2]), F.avg_pool2d(x, 3, 2))
+    assert launches == ["avg_pool2d"] * 4
+    leaf = x.clone().requires_grad_()
+    npuops_pool.avg_pool2d(leaf, kernel_size=3, stride=2).sum().backward()
+    expected = leaf.detach().clone().requires_grad_()
+    F.avg_pool2d(expected, 3, 2).sum().backward()
+    torch.testing.assert_close(leaf.grad, expected.grad)
+
+
+def test_a_front_that_reshapes_keeps_its_own_path(launches, monkeypatch):
+    unbatched = torch.randn(3, 10, 10)  # the front adds a batch dim: its tensor is not the caller's
+    for _ in range(2):
+        torch.testing.assert_close(npuops_pool.max_pool2d(unbatched, 2), F.max_pool2d(unbatched, 2))
+    assert launches == ["max_pool2d"] * 2
+
+
+def test_a_kernel_failing_on_the_fast_path_falls_back_once_reported(launches):
+    x, w = torch.randn(2, 16), torch.randn(16)
+    npuops_norm.rms_norm(x, (16,), w, 1e-6)
+    plan = next(iter(npuops_norm.functional._rms_norm._plans.values()))
+
+    def broken(*tensors):
+        raise RuntimeError("an illegal memory access")
+
+    plan.launch = broken
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            torch.testing.assert_close(npuops_norm.rms_norm(x, (16,), w, 1e-6), F.rms_norm(x, (16,), w, 1e-6))
+    assert [str(c.message) for c in caught if "failed to launch" in str(c.message)]
+    assert functional.coverage()["rms_norm"]["why"] == {"kernel failed to launch": 2}
