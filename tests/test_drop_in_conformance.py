@@ -44,6 +44,9 @@ ENTRIES = {
     "nn.functional.avg_pool3d": ("npuops_pool", "avg_pool3d"),
     "nn.functional.adaptive_avg_pool2d": ("npuops_pool", "adaptive_avg_pool2d"),
     "nn.functional.adaptive_max_pool2d": ("npuops_pool", "adaptive_max_pool2d"),
+    "nn.functional.conv1d": ("npuops_conv", "conv1d"),
+    "nn.functional.conv2d": ("npuops_conv", "conv2d"),
+    "nn.functional.conv3d": ("npuops_conv", "conv3d"),
 }
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 GRAD_DTYPES = (torch.float32, torch.float64)

@@ -71,10 +71,38 @@ class OpFunction:
     mutates: tuple[str, ...] = ()
     returns: tuple[int, ...] = (0,)
     fallback: Callable[..., Any] | None = None
+    constants: tuple[tuple[str, Any], ...] = ()  # workload params every call has (not arguments)
 
     @property
     def qualname(self) -> str:
         return f"{self.namespace}::{self.name}"
+
+
+def int_tuple(value: Any, dims: int) -> tuple[int, ...] | None:
+    """``value`` as ``dims`` ints, as torch's int[dims] arguments take it: an int, or a sequence of
+    one int (for every dim) or of ``dims`` ints; None for any other form (a front passes that call
+    to torch as it is)."""
+    if type(value) is int:
+        return (value,) * dims
+    if isinstance(value, tuple | list) and len(value) in (1, dims) and all(type(v) is int for v in value):
+        return tuple(value) * (dims // len(value))
+    return None
+
+
+def batched(input: Any, dims: int) -> tuple[torch.Tensor, bool] | None:
+    """(``input`` of ``dims`` spatial dims with a batch dim, whether one was added: torch's
+    functions take [C, *spatial] too), or None for an empty tensor, one of a rank torch refuses, or
+    not a tensor."""
+    if not isinstance(input, torch.Tensor) or input.dim() not in (dims + 1, dims + 2) or input.numel() == 0:
+        return None
+    return (input.unsqueeze(0), True) if input.dim() == dims + 1 else (input, False)
+
+
+def unbatched(result: Any, added: bool) -> Any:
+    """``result`` of a call :func:`batched` gave a batch dim, without it again."""
+    if not added:
+        return result
+    return tuple(t.squeeze(0) for t in result) if isinstance(result, tuple) else result.squeeze(0)
 
 
 # -- coverage -------------------------------------------------------------------------------------
@@ -233,7 +261,7 @@ def _workload(fn: OpFunction, op, tensors: tuple, params: tuple) -> Workload:
     # (top-k's starts and ends) too, with their dtype where it differs.
     named = {name: (s, d) for name, s, d in others if name in op.required_tensors + op.optional_tensors}
     return Workload(fn.op, "call", "call", dtype_name(dtype), {fn.shape_name: shape, **{n: s for n, (s, _) in named.items()}},
-                    params={k: v for k, v in params if v is not None},
+                    params={**dict(fn.constants), **{k: v for k, v in params if v is not None}},
                     shape_dtypes={n: dtype_name(d) for n, (_, d) in named.items() if d != dtype})
 
 

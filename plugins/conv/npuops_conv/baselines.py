@@ -9,7 +9,6 @@ the timed calls.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,33 +16,8 @@ import torch
 
 from npuops import Implementation, Op
 
+from .layouts import ChannelsLastCache
 from .ops._conv_op import ConvOp
-
-_CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
-
-
-class ChannelsLastCache:
-    """Channels-last copies of the tensors last passed under each name.
-
-    A copy is reused while the same tensor object comes again unmodified (same ``_version``), so
-    the conversion happens once per input tensor, on the first (warm-up) call, and never in the
-    timed repeats. The cache holds only a weak reference to the original: a new tensor, even one
-    reusing the old one's memory, is a miss and is converted afresh.
-    """
-
-    def __init__(self) -> None:
-        self._copies: dict[str, tuple[weakref.ref, int, torch.Tensor]] = {}
-
-    def get(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
-        memory_format = _CHANNELS_LAST.get(tensor.dim())
-        if memory_format is None:  # bias, scales: no layout to change
-            return tensor
-        cached = self._copies.get(name)
-        if cached is not None and cached[0]() is tensor and cached[1] == tensor._version:
-            return cached[2]
-        copy = tensor.contiguous(memory_format=memory_format)
-        self._copies[name] = (weakref.ref(tensor), tensor._version, copy)
-        return copy
 
 
 def build_channels_last(op: Op, w, device: torch.device) -> Callable[..., Any]:

@@ -1,7 +1,8 @@
-"""Entry point of the ``conv`` plugin: its ops with their catalog workloads, and the cuDNN
-channels-last baseline."""
+"""Entry point of the ``conv`` plugin: its ops with their catalog workloads, our TileLang kernels
+(the forward convolutions) and the cuDNN channels-last baseline."""
 
 from npuops import hookimpl, package_ops
+from npuops.kernels import kernel_implementations
 
 from .baselines import channels_last_implementations
 
@@ -13,4 +14,4 @@ def npuops_ops():
 
 @hookimpl
 def npuops_implementations(ops):
-    return channels_last_implementations(ops)
+    return kernel_implementations(ops, __package__, "TileLang convolution") + channels_last_implementations(ops)

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from npuops.functional import OpFunction, define_function, drop_in, torch_call
+from npuops.functional import OpFunction, batched, define_function, drop_in, int_tuple, torch_call, unbatched
 
 
 def _why(input: Any) -> str:
@@ -91,51 +91,27 @@ _adaptive_max_pool2d_with_indices = _op(
 
 
 # -- canonical forms (each O(1); None where a call has none) ---------------------------------------
-def _ints(value: Any, dims: int) -> tuple[int, ...] | None:
-    """``value`` as ``dims`` ints, as torch's int[dims] arguments take it: an int, or a sequence of
-    one int (for every dim) or of ``dims`` ints."""
-    if type(value) is int:
-        return (value,) * dims
-    if isinstance(value, tuple | list) and len(value) in (1, dims) and all(type(v) is int for v in value):
-        return tuple(value) * (dims // len(value))
-    return None
-
-
-def _batched(input: Any, dims: int) -> tuple[torch.Tensor, bool] | None:
-    """(``input`` with a batch dim, whether one was added), or None for an empty tensor or one of a
-    rank torch refuses (or not a tensor)."""
-    if not isinstance(input, torch.Tensor) or input.dim() not in (dims + 1, dims + 2) or input.numel() == 0:
-        return None
-    return (input.unsqueeze(0), True) if input.dim() == dims + 1 else (input, False)
-
-
-def _unbatched(result: Any, added: bool) -> Any:
-    if not added:
-        return result
-    return tuple(t.squeeze(0) for t in result) if isinstance(result, tuple) else result.squeeze(0)
-
-
 def _window(input, dims, kernel_size, stride, padding, *flags) -> tuple | None:
     """(batched input, whether the batch dim was added, kernel_size, stride, padding) in canonical
     form, or None; ``flags`` (ceil_mode, count_include_pad) must be bools."""
-    batched = _batched(input, dims)
-    kernel = _ints(kernel_size, dims)
-    step = kernel if stride is None or (isinstance(stride, tuple | list) and not stride) else _ints(stride, dims)
-    pad = _ints(padding, dims)
-    if batched is None or kernel is None or step is None or pad is None or any(type(f) is not bool for f in flags):
+    with_batch = batched(input, dims)
+    kernel = int_tuple(kernel_size, dims)
+    step = kernel if stride is None or (isinstance(stride, tuple | list) and not stride) else int_tuple(stride, dims)
+    pad = int_tuple(padding, dims)
+    if with_batch is None or kernel is None or step is None or pad is None or any(type(f) is not bool for f in flags):
         return None
-    return (*batched, kernel, step, pad)
+    return (*with_batch, kernel, step, pad)
 
 
 def _max_pool(dims, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, torch_function):
     canonical = _window(input, dims, kernel_size, stride, padding, ceil_mode)
-    dilated = _ints(dilation, dims)
+    dilated = int_tuple(dilation, dims)
     fn = _MAX_POOLS_WITH_INDICES[dims] if return_indices else _MAX_POOLS[dims]
     if canonical is None or dilated is None:
         return torch_call(fn.__name__, _why(input), torch_function, input, kernel_size, stride, padding, dilation,
                           ceil_mode, return_indices)
     x, added, kernel, step, pad = canonical
-    return _unbatched(fn(x, kernel, step, pad, dilated, ceil_mode), added)
+    return unbatched(fn(x, kernel, step, pad, dilated, ceil_mode), added)
 
 
 def _avg_pool(dims, input, kernel_size, stride, padding, ceil_mode, count_include_pad, *divisor_override):
@@ -145,13 +121,13 @@ def _avg_pool(dims, input, kernel_size, stride, padding, ceil_mode, count_includ
         return torch_call(fn.__name__, _why(input), _TORCH_AVG_POOLS[dims], input, kernel_size, stride, padding,
                           ceil_mode, count_include_pad, *divisor_override)
     x, added, kernel, step, pad = canonical
-    return _unbatched(fn(x, kernel, step, pad, ceil_mode, count_include_pad, *divisor_override), added)
+    return unbatched(fn(x, kernel, step, pad, ceil_mode, count_include_pad, *divisor_override), added)
 
 
 def _adaptive(fn, torch_function, input, output_size, *return_indices):
-    batched = _batched(input, 2)
+    with_batch = batched(input, 2)
     sizes = None
-    if batched is not None:
+    if with_batch is not None:
         if type(output_size) is int:
             sizes = (output_size, output_size)
         elif isinstance(output_size, tuple | list) and len(output_size) == 2 and all(
@@ -161,8 +137,8 @@ def _adaptive(fn, torch_function, input, output_size, *return_indices):
                 sizes = None
     if sizes is None:
         return torch_call(fn.__name__, _why(input), torch_function, input, output_size, *return_indices)
-    x, added = batched
-    return _unbatched(fn(x, sizes), added)
+    x, added = with_batch
+    return unbatched(fn(x, sizes), added)
 
 
 # -- the drop-ins ---------------------------------------------------------------------------------

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from npuops import KernelOp
+
 from ._conv_op import BIAS_STD, ConvOp, TensorSpec, kaiming_std
 from ._geometry import forward_geometry
 
 
-class ForwardConvOp(ConvOp):
+class ForwardConvOp(ConvOp, KernelOp):
     """``F.conv{1,2,3}d(input, weight, bias, stride, padding, dilation, groups)``, NC[D]HW
     contiguous inputs, weight [C_out, C_in/groups, *kernel], output in the input dtype.
 
@@ -17,6 +19,9 @@ class ForwardConvOp(ConvOp):
 
     required_tensors = ("input",)
     optional_tensors = ("weight", "bias")
+    fused_relu = False  # the kernel's epilogue applies a ReLU after the bias
+    kernel_description = ("TileLang implicit GEMM on tensor cores (split-K where K is deep), direct convolution for "
+                          "depthwise; channels-last inputs, converted untimed")
 
     def resolve_geometry(self, where, w, cfg):
         return forward_geometry(where, w, cfg, self.layout)
@@ -44,3 +49,21 @@ class ForwardConvOp(ConvOp):
             return conv(input, weight, bias, stride, padding, dilation, groups)
 
         return convolution
+
+    # -- our kernels (npuops_conv.conv_kernel) -----------------------------------------------------
+    def kernel_unsupported(self, w):
+        from ..conv_kernel import unsupported
+
+        return unsupported(self.geometry(w), w.dtype_of("input"))
+
+    def tilelang_variants(self, w):
+        from ..conv_kernel import Problem, launch_variants
+
+        return launch_variants(Problem(self.geometry(w), w.dtype_of("input"), self.fused_relu))
+
+    def tilelang_build(self, w, device, config=None):
+        from ..conv_kernel import conv_kernel
+        from ..layouts import channels_last_kernel
+
+        spec = conv_kernel(self.geometry(w), w.dtype_of("input"), self.fused_relu, **(config or {}))
+        return channels_last_kernel(spec.compile(device))

@@ -17,6 +17,7 @@ class Conv2dBiasRelu(ForwardConvOp):
     summary = "relu(conv2d(x, w) + b), fused epilogue"
     layout = LAYOUT_2D
     params = {**conv_params(LAYOUT_2D), "bias": Param(True, "always true: the op adds a bias", choices=(True,))}
+    fused_relu = True
 
     def torch_impl(self, w):
         conv = super().torch_impl(w)

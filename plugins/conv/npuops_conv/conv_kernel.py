@@ -1,0 +1,536 @@
+"""The TileLang forward-convolution kernels of this plugin (issue 34), chosen by :func:`conv_kernel`
+(``kernel`` in a launch config): ``"gemm"``, an implicit GEMM on tensor cores; ``"split_k"``, the
+same GEMM with its K range split over several blocks and a deterministic second pass; and
+``"direct"``, a CUDA-core direct convolution for depthwise and thin grouped convolutions.
+
+Layouts are channels-last throughout: input ``[N, *in_size, C_in]`` (NLC / NHWC / NDHWC), weight
+``[C_out, *kernel, C_in/groups]`` (the reduction dim K contiguous), output ``[N, *out_size, C_out]``;
+bias ``[C_out]``. The kernels view them flat: input ``[N*prod(in_size), C_in]``, weight
+``[C_out, K]``, output ``[M, C_out]``. Every rank is computed as 3-d (leading spatial dims of 1,
+which the index arithmetic folds away), so 1-d/2-d/3-d, stride, asymmetric padding (``pad_before``
+/ ``pad_after``; a causal conv pads before only), dilation and groups are index arithmetic in one
+template, never copies of it.
+
+Implicit GEMM, per group ``g``: ``M = N * prod(out_size)`` rows (output positions),
+``N_gemm = C_out / groups`` columns, ``K = taps * Cg`` with ``Cg = C_in / groups`` and the
+reduction index ``k = tap * Cg + c``; ``tap = (kd * kH + kh) * kW + kw``. Row ``m`` decodes to
+``(n, od, oh, ow)``; its input element for ``k`` is at ``(n, od*sD - pD + kd*dD, oh*sH - pH +
+kh*dH, ow*sW - pW + kw*dW, g*Cg + c)``, zero when any coordinate falls outside the input (the
+padding, before or after) or ``k >= K``. A block of ``block_M`` x ``block_N`` outputs walks K in
+``block_K`` tiles in a ``T.Pipelined`` loop: it gathers the A tile (``block_M`` x ``block_K``) and
+loads the B tile (``block_N`` x ``block_K`` of the weight, K-major) into shared memory and calls
+``T.gemm(A, B, acc, transpose_B=True)`` (wgmma on sm_90; fp32 inputs run as TF32, within the f32
+tolerance, which allows TF32 as cuDNN's default does) into an fp32 fragment. Where ``Cg`` is a
+multiple of ``block_K`` (the "aligned" form) a K tile lies in one tap: the tap and the first
+channel are per-tile scalars and the tile's channels are contiguous, so its loads are whole rows
+with one bounds predicate each; otherwise (the "flat" form: Cg = 1, 3, 80...) each element decodes
+its own ``(tap, c)``. The epilogue scales (fp8), adds the bias, applies ReLU, casts to the output
+dtype in a shared tile and writes the rows and columns inside the output.
+
+Split-K (deep K, few output tiles, e.g. C_in = 2048 with 3x3: K = 18432, M = 1024): the grid's
+third dim is ``groups * splits``; split ``s`` runs K tiles ``[s*T, (s+1)*T)`` and writes its fp32
+partial tile to a workspace ``[splits, M, C_out]`` (an output of the kernel the op does not
+return). A second kernel in the same prim_func (launched after the first, on the same stream) sums
+the ``splits`` partials of each output in index order 0..splits-1, then applies the epilogue: the
+result does not depend on which block finishes first, and no atomics are used.
+
+Direct kernel (memory bound: depthwise, ``groups == C_in``; and grouped convs with fewer than 16
+output channels per group, where a GEMM tile would be mostly padding): a block of ``block_M``
+positions x ``block_N`` output channels, an fp32 fragment accumulator, serial loops over the taps
+and the group's input channels, each step one masked load per output (consecutive output channels
+read consecutive input channels in the depthwise case: coalesced) and a multiply-add.
+
+fp8 (Conv2dFp8Fwd): e4m3 input and weight, fp32 accumulation, the per-tensor scales ``x_scale`` and
+``w_scale`` (0-dim fp32 tensors, viewed as ``[1]``) multiplied in the epilogue, bf16 output.
+
+TileLang is imported when a kernel is built.
+"""
+
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+from npuops.kernels import H200_SMS, KernelSpec, tilelang_dtype
+
+from .ops._geometry import ConvGeometry
+
+F32 = "float32"
+MIN_GEMM_COLUMNS = 16  # output channels per group below which the direct kernel is the default
+DIRECT_OUTPUTS = 1024  # outputs a direct-kernel block computes
+DIRECT_THREADS = 256
+REDUCE_ELEMENTS = 2048  # outputs a split-K reduction block sums
+SPLIT_K_MIN_TILES = 32  # K tiles a GEMM needs before the default splits K (K >= 2048 at 64-wide tiles)
+SPLIT_K_VARIANT_MIN_TILES = 16  # ... before the launch variants offer split-K
+SPLIT_K_TILES_PER_SPLIT = 8  # ... and at least this many K tiles each split keeps
+MAX_SPLITS = 16
+
+
+@dataclass(frozen=True)
+class ConvLaunch:
+    """One launch configuration. ``kernel``: "gemm", "split_k" or "direct". The GEMM kernels use
+    ``block_M`` x ``block_N`` output tiles, ``block_K`` deep K tiles, ``num_stages`` pipeline
+    stages and ``threads`` per block (the consumer threads: on sm_90 TileLang warp-specializes the
+    pipelined loop and adds a producer warpgroup of 128 threads, which issues the input gather as
+    predicated cp.async and the weight tile as a TMA load); ``splits`` K ranges for "split_k". The
+    direct kernel uses ``block_M`` positions x ``block_N`` channels and ``threads``."""
+
+    kernel: str = "gemm"
+    block_M: int = 128
+    block_N: int = 128
+    block_K: int = 64
+    num_stages: int = 3
+    threads: int = 256
+    splits: int = 1
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A forward convolution in the kernels' terms: every size 3-d (leading 1s / 0s for lower
+    ranks), the GEMM view's sizes, the dtypes and the epilogue."""
+
+    geometry: ConvGeometry
+    dtype: torch.dtype
+    relu: bool = False
+
+    @property
+    def rank(self) -> int:
+        return len(self.geometry.in_size)
+
+    def _3d(self, values, fill):
+        return (fill,) * (3 - len(values)) + tuple(values)
+
+    @property
+    def in3(self):
+        return self._3d(self.geometry.in_size, 1)
+
+    @property
+    def out3(self):
+        return self._3d(self.geometry.out_size, 1)
+
+    @property
+    def kernel3(self):
+        return self._3d(self.geometry.kernel, 1)
+
+    @property
+    def stride3(self):
+        return self._3d(self.geometry.stride, 1)
+
+    @property
+    def pad3(self):
+        return self._3d(self.geometry.pad_before, 0)
+
+    @property
+    def dilation3(self):
+        return self._3d(self.geometry.dilation, 1)
+
+    @property
+    def taps(self) -> int:
+        return math.prod(self.geometry.kernel)
+
+    @property
+    def cg(self) -> int:
+        """Input channels per group."""
+        return self.geometry.in_channels // self.geometry.groups
+
+    @property
+    def og(self) -> int:
+        """Output channels per group (the GEMM's N)."""
+        return self.geometry.out_channels // self.geometry.groups
+
+    @property
+    def k(self) -> int:
+        return self.taps * self.cg
+
+    @property
+    def m(self) -> int:
+        return self.geometry.batch * math.prod(self.geometry.out_size)
+
+    @property
+    def rows_in(self) -> int:
+        return self.geometry.batch * math.prod(self.geometry.in_size)
+
+    @property
+    def fp8(self) -> bool:
+        return self.dtype == torch.float8_e4m3fn
+
+    @property
+    def out_dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.fp8 else self.dtype
+
+    @property
+    def bias(self) -> bool:
+        return self.geometry.bias and not self.fp8
+
+
+def unsupported(geometry: ConvGeometry, dtype: torch.dtype) -> str | None:
+    """Why no kernel here takes this convolution (None: one does)."""
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn):
+        return f"the TileLang conv kernels take fp16, bf16, fp32 and fp8 e4m3 inputs, not {dtype}"
+    g = geometry
+    sizes = (g.batch * math.prod(g.in_size) * g.in_channels, g.batch * math.prod(g.out_size) * g.out_channels,
+             g.out_channels * g.in_channels // g.groups * math.prod(g.kernel))
+    if max(sizes) >= 2**31:
+        return "a tensor of 2^31 or more elements (the kernels index with int32)"
+    return None
+
+
+# -- launch rules ----------------------------------------------------------------------------------
+
+def _tiles(p: Problem, block_M: int, block_N: int) -> int:
+    return -(-p.m // block_M) * -(-p.og // block_N) * p.geometry.groups
+
+
+def gemm_block_K(p: Problem) -> int:
+    """K tile: 128 bytes of a row (one 128-byte swizzle span) where K allows; the widest tile of at
+    least 32 bytes inside one tap (the aligned form: whole-vector predicated cp.async loads) where
+    the group's channels allow (whisper's C_in = 80 takes 16-element tiles)."""
+    row = 128 // p.dtype.itemsize  # 64 for 16-bit, 128 for fp8, 32 for fp32
+    smallest = max(32 // p.dtype.itemsize, 32 if p.fp8 else 8)
+    for block_K in (row, row // 2, row // 4):
+        if block_K >= smallest and p.cg % block_K == 0:
+            return block_K
+    return row if p.k >= row else max(smallest, row // 2)
+
+
+def default_launch(p: Problem) -> ConvLaunch:
+    """The rule-based default for any shape: the direct kernel for depthwise / thin groups, else a
+    GEMM whose tiles fill the GPU (measured on the H200 with TileLang's conv example: (64, 128, 64),
+    4 stages, 256 threads for small maps; (128, 256, 64), 3 stages for 256 -> 512 at 112^2),
+    split-K where few output tiles face a deep K."""
+    g = p.geometry
+    if not p.fp8 and (p.cg == 1 or p.og < MIN_GEMM_COLUMNS):
+        return direct_launch(p)
+    block_K = gemm_block_K(p)
+    block_N = 32 if p.og <= 32 else 64 if p.og <= 64 else 128
+    if p.og >= 256 and _tiles(p, 128, 256) >= H200_SMS:
+        block_M, block_N, stages = 128, 256, 3
+    elif _tiles(p, 128, block_N) >= H200_SMS:
+        block_M, stages = 128, 3
+    else:
+        block_M, stages = 64, 4
+    threads = 256 if block_M * block_N >= 64 * 128 else 128
+    k_tiles = -(-p.k // block_K)
+    tiles = _tiles(p, block_M, block_N)
+    splits = 1
+    if k_tiles >= SPLIT_K_MIN_TILES and tiles < H200_SMS // 2 and g.groups == 1:
+        splits = min(k_tiles // SPLIT_K_TILES_PER_SPLIT, -(-H200_SMS // tiles), MAX_SPLITS)
+        splits = -(-k_tiles // -(-k_tiles // splits)) if splits > 1 else 1  # no empty split
+    per_split = -(-k_tiles // splits)
+    return ConvLaunch("split_k" if splits > 1 else "gemm", block_M, block_N, block_K,
+                      max(1, min(stages, per_split)), threads, splits)
+
+
+def direct_launch(p: Problem, threads: int = DIRECT_THREADS, outputs: int = DIRECT_OUTPUTS) -> ConvLaunch:
+    """Channels per block: the output's channels up to 64 (a power of two), positions the rest of
+    ``outputs``."""
+    block_N = min(64, 1 << max(0, (p.geometry.out_channels - 1).bit_length()))
+    block_M = max(1, outputs // block_N)
+    return ConvLaunch("direct", block_M, block_N, 0, 0, threads, 1)
+
+
+def launch_variants(p: Problem) -> list[dict]:
+    """Launch configs to tune among, the default first."""
+    first = default_launch(p)
+    variants = [first]
+    if first.kernel == "direct":
+        variants += [direct_launch(p, outputs=DIRECT_OUTPUTS // 2), direct_launch(p, threads=128)]
+        if not p.fp8 and p.og >= 8:  # a GEMM still takes it (N tile of 16+)
+            variants.append(ConvLaunch("gemm", 64, 32, gemm_block_K(p), 2, 128, 1))
+    else:
+        block_K, k_tiles = first.block_K, -(-p.k // first.block_K)
+        stages = max(1, min(3, k_tiles))
+        variants += [
+            ConvLaunch("gemm", 64, 128, block_K, max(1, min(4, k_tiles)), 256, 1),
+            ConvLaunch("gemm", 128, 128, block_K, stages, 256, 1),
+            ConvLaunch("gemm", 64, 64, block_K, max(1, min(4, k_tiles)), 128, 1),
+        ]
+        if p.og >= 256:
+            variants.append(ConvLaunch("gemm", 128, 256, block_K, stages, 256, 1))
+        if k_tiles >= SPLIT_K_VARIANT_MIN_TILES and p.geometry.groups == 1:
+            for splits in (2, 4, 8):
+                per_split = -(-k_tiles // splits)
+                variants.append(ConvLaunch("split_k", 64, 128, block_K, max(1, min(4, per_split)), 256, splits))
+        if p.cg % 32 == 0 and block_K != 32 and p.dtype.itemsize == 2:  # the aligned form, narrower tiles
+            variants.append(ConvLaunch("gemm", 64, 128, 32, max(1, min(4, -(-p.k // 32))), 256, 1))
+    unique = list(dict.fromkeys(variants))
+    return [v.as_dict() for v in unique]
+
+
+# -- the builder -----------------------------------------------------------------------------------
+
+def conv_kernel(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, kernel: str | None = None,
+                **launch) -> KernelSpec:
+    """The kernel for a forward convolution of ``geometry`` on ``dtype`` inputs (``relu``: fuse a
+    ReLU after the bias): the default launch's, or the one the launch config (a dict of
+    :class:`ConvLaunch` fields, as :func:`launch_variants` gives) names.
+
+    Parameters, in order: ``input`` [N*prod(in_size), C_in], ``weight`` [C_out, K], then ``bias``
+    [C_out] (when the geometry has one), ``x_scale`` and ``w_scale`` [1] (fp8), ``output``
+    [M, C_out] (returned as [N, *out_size, C_out]) and, for split-K, ``workspace`` [splits, M, C_out]
+    fp32 (allocated per call, not returned). Channels-last tensors of the natural shapes fit as they
+    are (a static shape takes any contiguous tensor of as many elements)."""
+    p = Problem(geometry, dtype, relu)
+    problem = unsupported(geometry, dtype)
+    if problem:
+        raise ValueError(problem)
+    config = default_launch(p) if kernel is None else ConvLaunch(kernel, **launch)
+    if config.kernel == "direct":
+        if p.fp8:
+            raise ValueError("the direct kernel does not take fp8 inputs")
+        return direct_kernel(p, config)
+    if config.kernel in ("gemm", "split_k"):
+        return gemm_kernel(p, config)
+    raise ValueError(f"unknown conv kernel {config.kernel!r}")
+
+
+def _params(p: Problem, config: ConvLaunch) -> tuple:
+    g = p.geometry
+    params = [("input", (p.rows_in, g.in_channels)), ("weight", (g.out_channels, p.k))]
+    if p.bias:
+        params.append(("bias", (g.out_channels,)))
+    if p.fp8:
+        params += [("x_scale", (1,)), ("w_scale", (1,))]
+    params.append(("output", (p.m, g.out_channels)))
+    outputs = {"output": p.out_dtype}
+    if config.kernel == "split_k":
+        params.append(("workspace", (config.splits, p.m, g.out_channels)))
+        outputs["workspace"] = torch.float32
+    return tuple(params), outputs
+
+
+def _spec(p: Problem, config: ConvLaunch, prim_func, extra: dict) -> KernelSpec:
+    params, outputs = _params(p, config)
+    g = p.geometry
+    return KernelSpec(prim_func, params, outputs, (("output", (g.batch, *g.out_size, g.out_channels)),),
+                      {**config.as_dict(), **extra})
+
+
+def _position(p: Problem, m):
+    """(n, od, oh, ow) of GEMM row ``m``."""
+    OD, OH, OW = p.out3
+    return m // (OD * OH * OW), m // (OH * OW) % OD, m // OW % OH, m % OW
+
+
+def _tap(p: Problem, tap):
+    """(kd, kh, kw) of tap index ``tap``."""
+    _, kH, kW = p.kernel3
+    return tap // (kH * kW), tap // kW % kH, tap % kW
+
+
+def _all(conditions):
+    """The conjunction of ``conditions`` (Python bools fold away)."""
+    from tvm import tirx
+
+    result = True
+    for condition in conditions:
+        if condition is True:
+            continue
+        result = condition if result is True else tirx.And(result, condition)
+    return result
+
+
+def _source(p: Problem, m, tap, check_m: bool = True):
+    """(inside, input row) of GEMM row ``m`` at ``tap``: whether the tap reads inside the input
+    (not the padding) and ``m`` is a row of the GEMM, and the flat input row it reads. A bound is
+    checked only where the padding or the last window can cross it (decided at build time)."""
+    D, H, W = p.in3
+    n, od, oh, ow = _position(p, m)
+    conditions = [m < p.m] if check_m else []
+    coordinates = []
+    for o, k, size, out, taps, s, pad, d in zip((od, oh, ow), _tap(p, tap), p.in3, p.out3, p.kernel3, p.stride3,
+                                                p.pad3, p.dilation3, strict=True):
+        coordinate = o * s - pad + k * d
+        coordinates.append(coordinate)
+        if pad > 0:
+            conditions.append(coordinate >= 0)
+        if (out - 1) * s - pad + (taps - 1) * d > size - 1:
+            conditions.append(coordinate < size)
+    i_d, i_h, i_w = coordinates
+    return _all(conditions), ((n * D + i_d) * H + i_h) * W + i_w
+
+
+def _a_element(p: Problem, X, m, kt, kk, group_or_split, block_K: int, tail: bool):
+    """A[m, kt*block_K + kk] of the implicit GEMM (the input gathered through the window): zero in
+    the padding and past K. ``group_or_split``: the grid's third index (the group; split-K
+    convolutions have one group). Aligned (Cg a multiple of block_K): the tile lies in one tap, the
+    tap and first channel are per-tile; else each element decodes (tap, channel)."""
+    import tilelang.language as T
+
+    group = group_or_split if p.geometry.groups > 1 else 0
+    k_tiles = -(-p.k // block_K)
+    if p.cg % block_K == 0:
+        tap, channel, extra = kt * block_K // p.cg, kt * block_K % p.cg + kk, [kt < k_tiles] if tail else []
+    else:
+        k = kt * block_K + kk
+        tap, channel = (k, 0) if p.cg == 1 else (k // p.cg, k % p.cg)
+        extra = [k < p.k]
+    inside, row = _source(p, m, tap)
+    return T.if_then_else(_all([inside, *extra]), X[row, group * p.cg + channel], 0)
+
+
+def _epilogue(p: Problem, value, column, Bias, XS, WS):
+    """fp32 ``value`` of output channel ``column`` (clamped in range by the caller): scaled (fp8),
+    biased, ReLU'd."""
+    import tilelang.language as T
+
+    if p.fp8:
+        value = value * (XS[0] * WS[0])
+    if p.bias:
+        value = value + T.Cast(F32, Bias[column])
+    if p.relu:
+        value = T.max(value, T.float32(0))
+    return value
+
+
+def gemm_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
+    """The implicit GEMM (``splits`` == 1) or its split-K form with a fixed-order reduction."""
+    import tilelang.language as T
+
+    g = p.geometry
+    dt, ot = tilelang_dtype(p.dtype), tilelang_dtype(p.out_dtype)
+    bM, bN, bK, stages, threads, splits = (config.block_M, config.block_N, config.block_K, config.num_stages,
+                                           config.threads, config.splits)
+    M, K, Cg, Og, C_out, groups = p.m, p.k, p.cg, p.og, g.out_channels, g.groups
+    aligned = Cg % bK == 0
+    k_tiles = -(-K // bK)
+    per_split = -(-k_tiles // splits)
+    split = config.kernel == "split_k"
+    tail = split and per_split * splits > k_tiles
+    if split and groups != 1:
+        raise ValueError("split-K takes ungrouped convolutions")
+    # The reduction's tile: whole 16-byte vectors of fp32 along C_out where it allows.
+    r_cols = min(128, 1 << max(2, (C_out - 1).bit_length()))
+    r_rows = max(1, REDUCE_ELEMENTS // r_cols)
+
+    def _k_tile(bz, ko):
+        """The K tile of pipeline step ``ko`` of the block in grid row ``bz``."""
+        return bz % splits * per_split + ko if split else ko
+
+    def _group(bz):
+        return bz if groups > 1 else 0
+
+    @T.macro
+    def body(X, Wt, Bias, XS, WS, Y, Work):
+        with T.Kernel(T.ceildiv(Og, bN), T.ceildiv(M, bM), groups * splits, threads=threads) as (bx, by, bz):
+            A_s = T.alloc_shared((bM, bK), dt)
+            B_s = T.alloc_shared((bN, bK), dt)
+            acc = T.alloc_fragment((bM, bN), F32)
+            C_s = T.alloc_shared((bM, bN), F32 if split else ot)
+            T.clear(acc)
+            for ko in T.Pipelined(per_split, num_stages=stages):
+                # Expressions built whole by the helpers (no let-bound names): TileLang turns a
+                # zero-fill if_then_else load into a predicated cp.async only in that form.
+                for i, kk in T.Parallel(bM, bK):
+                    A_s[i, kk] = _a_element(p, X, by * bM + i, _k_tile(bz, ko), kk, bz, bK, tail)
+                # T.copy, not a gather: with two gathers in a stage TileLang makes only one of
+                # them cp.async. Its bounds checks zero-fill rows past C_out and columns past K;
+                # rows past the group's channels (the next group's weights) only reach output
+                # columns that are not written.
+                T.copy(Wt[_group(bz) * Og + bx * bN, _k_tile(bz, ko) * bK], B_s)
+                T.gemm(A_s, B_s, acc, transpose_B=True)
+            if split:
+                T.copy(acc, C_s)
+                for i, j in T.Parallel(bM, bN):
+                    if by * bM + i < M and bx * bN + j < Og:
+                        Work[bz, by * bM + i, bx * bN + j] = C_s[i, j]
+            else:
+                for i, j in T.Parallel(bM, bN):
+                    C_s[i, j] = T.Cast(ot, _epilogue(p, acc[i, j], _group(bz) * Og + T.min(bx * bN + j, Og - 1),
+                                                     Bias, XS, WS))
+                for i, j in T.Parallel(bM, bN):
+                    if by * bM + i < M and bx * bN + j < Og:
+                        Y[by * bM + i, _group(bz) * Og + bx * bN + j] = C_s[i, j]
+        if split:
+            with T.Kernel(T.ceildiv(C_out, r_cols), T.ceildiv(M, r_rows), threads=256) as (cx, cy):
+                total = T.alloc_fragment((r_rows, r_cols), F32)
+                T.clear(total)
+                for s in T.serial(splits):  # a fixed order: deterministic
+                    for i, j in T.Parallel(r_rows, r_cols):
+                        m, c = cy * r_rows + i, cx * r_cols + j
+                        total[i, j] += T.if_then_else(m < M and c < C_out, Work[s, T.min(m, M - 1), T.min(c, C_out - 1)], T.float32(0))
+                for i, j in T.Parallel(r_rows, r_cols):
+                    m, c = cy * r_rows + i, cx * r_cols + j
+                    if m < M and c < C_out:
+                        Y[m, c] = T.Cast(ot, _epilogue(p, total[i, j], c, Bias, XS, WS))
+
+    prim_func = _prim_func(p, config, body)
+    return _spec(p, config, prim_func, {"k_tiles": k_tiles, "aligned": aligned})
+
+
+def direct_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
+    """Direct convolution on CUDA cores: a block of ``block_M`` positions x ``block_N`` output
+    channels, each output's taps x group channels summed in fp32."""
+    import tilelang.language as T
+
+    g = p.geometry
+    ot = tilelang_dtype(p.out_dtype)
+    bM, bN, threads = config.block_M, config.block_N, config.threads
+    M, Cg, Og, C_out, taps = p.m, p.cg, p.og, g.out_channels, p.taps
+
+    @T.macro
+    def body(X, Wt, Bias, XS, WS, Y, Work):
+        with T.Kernel(T.ceildiv(C_out, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
+            acc = T.alloc_fragment((bM, bN), F32)
+            for i, j in T.Parallel(bM, bN):  # not T.clear: TileLang's CPU target fills no fragment
+                acc[i, j] = 0
+            for tap in T.serial(taps):
+                for c in T.serial(Cg):
+                    for i, j in T.Parallel(bM, bN):
+                        co = T.min(bx * bN + j, C_out - 1)
+                        inside, row = _source(p, by * bM + i, tap)
+                        x = T.if_then_else(inside, X[row, co // Og * Cg + c], 0)
+                        acc[i, j] += T.Cast(F32, x) * T.Cast(F32, Wt[co, tap * Cg + c])
+            for i, j in T.Parallel(bM, bN):
+                if by * bM + i < M and bx * bN + j < C_out:
+                    Y[by * bM + i, bx * bN + j] = T.Cast(ot, _epilogue(p, acc[i, j], bx * bN + j, Bias, XS, WS))
+
+    return _spec(p, config, _prim_func(p, config, body), {})
+
+
+def _prim_func(p: Problem, config: ConvLaunch, body):
+    """``body(X, Wt, Bias, XS, WS, Y, Work)`` as a prim_func over :func:`_params`' parameters
+    (the ones a problem lacks passed as None)."""
+    import tilelang.language as T
+
+    params, _ = _params(p, config)
+    dtypes = {"input": p.dtype, "weight": p.dtype, "bias": p.dtype, "x_scale": torch.float32,
+              "w_scale": torch.float32, "output": p.out_dtype, "workspace": torch.float32}
+    names = tuple(name for name, _ in params)
+    shapes = dict(params)
+    t = {name: T.Tensor(shapes[name], tilelang_dtype(dtypes[name])) for name in names}
+    x_t, w_t, y_t = t["input"], t["weight"], t["output"]
+    b_t, xs_t, ws_t, work_t = t.get("bias"), t.get("x_scale"), t.get("w_scale"), t.get("workspace")
+
+    # One prim_func per parameter list (TileLang reads the signature's annotations).
+    if names == ("input", "weight", "output"):
+        @T.prim_func
+        def main(input: x_t, weight: w_t, output: y_t):
+            body(input, weight, None, None, None, output, None)
+    elif names == ("input", "weight", "bias", "output"):
+        @T.prim_func
+        def main(input: x_t, weight: w_t, bias: b_t, output: y_t):
+            body(input, weight, bias, None, None, output, None)
+    elif names == ("input", "weight", "x_scale", "w_scale", "output"):
+        @T.prim_func
+        def main(input: x_t, weight: w_t, x_scale: xs_t, w_scale: ws_t, output: y_t):
+            body(input, weight, None, x_scale, w_scale, output, None)
+    elif names == ("input", "weight", "output", "workspace"):
+        @T.prim_func
+        def main(input: x_t, weight: w_t, output: y_t, workspace: work_t):
+            body(input, weight, None, None, None, output, workspace)
+    elif names == ("input", "weight", "bias", "output", "workspace"):
+        @T.prim_func
+        def main(input: x_t, weight: w_t, bias: b_t, output: y_t, workspace: work_t):
+            body(input, weight, bias, None, None, output, workspace)
+    elif names == ("input", "weight", "x_scale", "w_scale", "output", "workspace"):
+        @T.prim_func
+        def main(input: x_t, weight: w_t, x_scale: xs_t, w_scale: ws_t, output: y_t, workspace: work_t):
+            body(input, weight, None, x_scale, w_scale, output, workspace)
+    else:  # pragma: no cover
+        raise AssertionError(names)
+    return main

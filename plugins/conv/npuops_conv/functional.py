@@ -1,0 +1,135 @@
+"""The forward convolutions as functions for model code (see :mod:`npuops.functional`: our kernel on
+CUDA where it covers the call, torch's formulation for every other call and for tracing).
+
+``conv1d``, ``conv2d`` and ``conv3d`` are drop-ins for ``torch.nn.functional``'s: the same
+arguments (an int or one per spatial dim for stride, padding and dilation; ``padding="valid"`` or
+``"same"``; unbatched inputs), the same results. ``conv1d_causal`` (left padding only),
+``conv2d_bias_relu`` (the fused epilogue) and ``conv2d_fp8`` (e4m3 operands with per-tensor
+scales, bf16 output) are ops torch has no function for.
+
+A front puts a call into its op's canonical form (batched input, one int per spatial dim, numeric
+padding) and calls the op's function, one per op and bias or none (``torch.ops.npuops_conv.*``);
+what the op cannot express (integer or float64 inputs, a weight of the wrong shape) goes to torch's
+function, which computes or raises as it does. Our kernels take NC[D]HW-contiguous inputs and
+compute channels last: each call converts its input (the weight once, while it is unchanged), and
+returns the NC[D]HW view of the channels-last result. Channels-last inputs run torch's function
+(cuDNN's channels-last kernels).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from npuops.functional import OpFunction, batched, define_function, drop_in, int_tuple, torch_call, unbatched
+
+_TORCH_CONVS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+def _op(name: str, op: str, dims: int, *, bias: bool | None, tensors: tuple[str, ...] = (), padding: bool = True,
+        fallback=None):
+    """The op ``op`` as a function of its canonical arguments: ``input``, ``weight``, ``tensors``
+    (fp8 scales), ``bias`` when given (None: the op has no bias); int[dims] stride (padding)
+    dilation, int groups."""
+    inputs = ("input", "weight", *tensors, *(("bias",) if bias else ()))
+    params = (("stride", 1), *((("padding", 0),) if padding else ()), ("dilation", 1), ("groups", 1))
+    signature = ", ".join([*(f"Tensor {t}" for t in inputs),
+                           *(f"int[{dims}] {p}={d}" for p, d in params[:-1]), "int groups=1"])
+    return define_function(OpFunction("npuops_conv", name, op, f"({signature}) -> Tensor", inputs, params,
+                                      shape_name="input", constants=() if bias is None else (("bias", bias),),
+                                      fallback=fallback))
+
+
+def _torch_conv(dims: int):
+    conv = _TORCH_CONVS[dims]
+
+    def fallback(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        return conv(input, weight, bias, stride, padding, dilation, groups)
+
+    return fallback
+
+
+_CONVS = {(dims, has_bias): _op(f"conv{dims}d{'_bias' if has_bias else ''}", f"Conv{dims}dFwd", dims, bias=has_bias,
+                                fallback=_torch_conv(dims))
+          for dims in (1, 2, 3) for has_bias in (False, True)}
+_CAUSAL = {has_bias: _op(f"conv1d_causal{'_bias' if has_bias else ''}", "Conv1dCausal", 1, bias=has_bias,
+                         padding=False)
+           for has_bias in (False, True)}
+_BIAS_RELU = _op("conv2d_bias_relu", "Conv2dBiasRelu", 2, bias=True)
+_FP8 = _op("conv2d_fp8", "Conv2dFp8Fwd", 2, bias=None, tensors=("x_scale", "w_scale"))
+
+
+def _padding(padding: Any, weight: Any, dims: int, stride: tuple[int, ...] | None,
+             dilation: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """``padding`` as one int per spatial dim: "valid" is none, "same" (stride 1) the symmetric
+    padding that keeps the size where the dilated kernel is odd; None where there is no such form."""
+    if padding == "valid":
+        return (0,) * dims
+    if padding == "same":
+        if stride != (1,) * dims or dilation is None or not isinstance(weight, torch.Tensor) or weight.dim() != dims + 2:
+            return None
+        spans = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:], strict=True)]
+        return tuple(s // 2 for s in spans) if all(s % 2 == 0 for s in spans) else None
+    return int_tuple(padding, dims)
+
+
+def _conv(dims: int, input, weight, bias, stride, padding, dilation, groups):
+    with_batch = batched(input, dims)
+    step, dilated = int_tuple(stride, dims), int_tuple(dilation, dims)
+    pad = _padding(padding, weight, dims, step, dilated)
+    fn = _CONVS[dims, bias is not None]
+    if with_batch is None or step is None or dilated is None or pad is None or type(groups) is not int \
+            or not isinstance(weight, torch.Tensor) or not (bias is None or isinstance(bias, torch.Tensor)):
+        return torch_call(fn.__name__, "arguments with no canonical form (empty input, asymmetric 'same', "
+                          "not ints, input rank)", _TORCH_CONVS[dims], input, weight, bias, stride, padding,
+                          dilation, groups)
+    x, added = with_batch
+    tensors = (x, weight) if bias is None else (x, weight, bias)
+    return unbatched(fn(*tensors, step, pad, dilated, groups), added)
+
+
+# -- the drop-ins ---------------------------------------------------------------------------------
+@drop_in
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv1d``."""
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups)
+
+
+@drop_in
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv2d``."""
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups)
+
+
+@drop_in
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv3d``."""
+    return _conv(3, input, weight, bias, stride, padding, dilation, groups)
+
+
+# -- the ops torch has no function for ------------------------------------------------------------
+@drop_in
+def conv1d_causal(input, weight, bias=None, stride=1, dilation=1, groups=1):
+    """Causal 1-d convolution: ``F.conv1d(F.pad(input, ((kW-1)*dilation, 0)), weight, bias, stride,
+    0, dilation, groups)``: output t sees inputs up to t*stride only (``Conv1dCausal``)."""
+    tensors = (input, weight) if bias is None else (input, weight, bias)
+    return _CAUSAL[bias is not None](*tensors, int_tuple(stride, 1) or stride, int_tuple(dilation, 1) or dilation,
+                                     groups)
+
+
+@drop_in
+def conv2d_bias_relu(input, weight, bias, stride=1, padding=0, dilation=1, groups=1):
+    """``relu(F.conv2d(input, weight, bias, ...))`` with the bias and ReLU in the kernel's epilogue."""
+    return _BIAS_RELU(input, weight, bias, *(int_tuple(v, 2) or v for v in (stride, padding, dilation)), groups)
+
+
+@drop_in
+def conv2d_fp8(input, weight, x_scale, w_scale, stride=1, padding=0, dilation=1, groups=1):
+    """``conv2d(input * x_scale, weight * w_scale)`` in bf16 of float8_e4m3fn ``input`` and ``weight``
+    with 0-dim float32 scales, accumulated in fp32 (torch has no fp8 convolution: its formulation
+    dequantizes to bf16 first)."""
+    return _FP8(input, weight, x_scale, w_scale, *(int_tuple(v, 2) or v for v in (stride, padding, dilation)), groups)
+
+
+__all__ = ["conv1d", "conv1d_causal", "conv2d", "conv2d_bias_relu", "conv2d_fp8", "conv3d"]

@@ -1,0 +1,66 @@
+"""Channels-last tensors for the implementations that want them (cuDNN's NHWC kernels, ours).
+
+A channels-last model keeps its activations and weights in that layout throughout and never
+converts, so an implementation that wants channels-last data gets copies of the op's NC[D]HW
+inputs made outside the timed calls (:class:`ChannelsLastCache`), as a model would have them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def channels_last(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` (N, C, *spatial) with its channels innermost in memory, the shape unchanged (for 4-d
+    and 5-d tensors PyTorch's channels_last / channels_last_3d formats; for 3-d, NLC). Tensors of
+    fewer dims (a bias, a scale) have no layout to change."""
+    if tensor.dim() < 3:
+        return tensor
+    return tensor.movedim(1, -1).contiguous().movedim(-1, 1)
+
+
+class ChannelsLastCache:
+    """Channels-last copies of the tensors last passed under each name.
+
+    A copy is reused while the same tensor object comes again unmodified (same ``_version``), so
+    the conversion happens once per input tensor, on the first (warm-up) call, and never in the
+    timed repeats. The cache holds only a weak reference to the original: a new tensor, even one
+    reusing the old one's memory, is a miss and is converted afresh.
+    """
+
+    def __init__(self) -> None:
+        self._copies: dict[str, tuple[weakref.ref, int, torch.Tensor]] = {}
+
+    def get(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.dim() < 3:
+            return tensor
+        cached = self._copies.get(name)
+        if cached is not None and cached[0]() is tensor and cached[1] == tensor._version:
+            return cached[2]
+        copy = channels_last(tensor)
+        self._copies[name] = (weakref.ref(tensor), tensor._version, copy)
+        return copy
+
+
+def channels_last_kernel(kernel: Callable[..., torch.Tensor]) -> Callable[..., Any]:
+    """A kernel of channels-last tensors (input [N, *spatial, C_in], weight [C_out, *kernel, C_in /
+    groups], output [N, *spatial_out, C_out]) as the op's callable of NC[D]HW tensors: inputs
+    converted once each (untimed, see :class:`ChannelsLastCache`) and passed channels last, the
+    output returned as the NC[D]HW view of what the kernel wrote (channels-last strides, no copy).
+    Its ``config`` (recorded with each row) names the layout."""
+    cache = ChannelsLastCache()
+
+    def channels_last_conv(**inputs: torch.Tensor) -> torch.Tensor:
+        given = {name: _channels_inner(cache.get(name, tensor)) for name, tensor in inputs.items()}
+        return kernel(**given).movedim(-1, 1)
+
+    channels_last_conv.config = {**getattr(kernel, "config", {}), "layout": "channels-last"}
+    return channels_last_conv
+
+
+def _channels_inner(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.movedim(1, -1) if tensor.dim() >= 3 else tensor

@@ -1,0 +1,294 @@
+"""Our TileLang forward-convolution kernels (npuops_conv.conv_kernel): the launch rules pick the
+kernel each kind of convolution should take; representative kernels compile for sm_90 anywhere
+(CPU CI); on a GPU (marker ``gpu``) every kernel matches an fp32 torch reference on fresh random
+inputs, its output pre-filled with NaN so that unwritten elements fail."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from npuops.kernels import compile_kernel
+from npuops_conv.conv_kernel import (
+    ConvLaunch,
+    Problem,
+    conv_kernel,
+    default_launch,
+    launch_variants,
+    unsupported,
+)
+from npuops_conv.ops._geometry import ConvGeometry
+
+F16, BF16, F32, FP8 = torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn
+
+
+def geo(batch, c_in, c_out, size, kernel, stride=1, pad=0, dilation=1, groups=1, bias=False, pad_after=None):
+    """A ConvGeometry; ints stand for every spatial dim."""
+    rank = len(size)
+
+    def dims(v):
+        return (v,) * rank if isinstance(v, int) else tuple(v)
+
+    return ConvGeometry(batch, c_in, c_out, tuple(size), dims(kernel), dims(stride), dims(pad),
+                        dims(pad if pad_after is None else pad_after), dims(dilation), groups, bias)
+
+
+# Every feature of the template: (id, geometry, dtype, relu).
+GEOMETRIES = [
+    ("3x3-bias-f16", geo(2, 64, 64, (14, 15), 3, pad=1, bias=True), F16, False),
+    ("3x3-bf16-partial-tiles", geo(1, 32, 40, (9, 11), 3, pad=1, bias=True), BF16, False),
+    ("pointwise-stride2", geo(2, 128, 96, (13, 13), 1, stride=2), F16, False),
+    ("strided-dilated-relu", geo(1, 64, 128, (23, 20), 3, stride=2, pad=2, dilation=2, bias=True), F16, True),
+    ("asymmetric-pad", geo(1, 32, 64, (10, 12), (3, 2), pad=(2, 0), pad_after=(0, 1)), F16, False),
+    ("grouped-gemm", geo(1, 128, 256, (12, 12), 3, pad=1, groups=4, bias=True), F16, False),
+    ("grouped-thin-direct", geo(1, 128, 256, (12, 12), 3, pad=1, groups=32), F16, False),
+    ("depthwise-bias", geo(2, 32, 32, (17, 16), 3, pad=1, groups=32, bias=True), F16, False),
+    ("depthwise-multiplier-stride", geo(1, 16, 32, (15, 15), 5, stride=2, pad=2, groups=16), BF16, False),
+    ("flat-cin3-stride2", geo(1, 3, 64, (30, 31), 3, stride=2, pad=1, bias=True), F16, True),
+    ("conv1d-causal-cin80", geo(1, 80, 128, (301,), 3, pad=2, pad_after=0, bias=True), BF16, False),
+    ("conv1d-causal-cin1", geo(1, 1, 32, (500,), 7, pad=6, pad_after=0), F16, False),
+    ("conv1d-stride5", geo(2, 1, 64, (400,), 10, stride=5), BF16, False),
+    ("conv1d-grouped-dilated", geo(1, 4, 8, (17,), 3, pad=2, dilation=2, groups=2), F16, False),
+    ("conv3d-stride2", geo(1, 64, 128, (6, 14, 14), 3, stride=2, pad=1, bias=True), F16, False),
+    ("conv3d-dilated", geo(1, 32, 64, (8, 9, 9), 3, pad=2, dilation=2), BF16, False),
+    ("conv3d-grouped-thin", geo(1, 64, 128, (4, 7, 7), 3, pad=1, groups=32), F16, False),
+    ("split-k-deep", geo(1, 1024, 128, (8, 8), 3, pad=2, dilation=2, bias=True), F16, True),
+    ("split-k-tail", geo(1, 704, 64, (7, 7), 3, pad=1), BF16, False),
+    ("f32-direct", geo(1, 2, 3, (5, 6), 3, pad=1), F32, False),
+    ("f32-gemm-tf32", geo(1, 32, 64, (9, 10), 3, pad=1, bias=True), F32, False),
+    ("fp8-3x3", geo(2, 64, 64, (12, 12), 3, pad=1), FP8, False),
+    ("fp8-pointwise", geo(1, 128, 256, (7, 7), 1), FP8, False),
+]
+BY_ID = {name: (g, dtype, relu) for name, g, dtype, relu in GEOMETRIES}
+
+
+# -- launch rules (no compiler) ------------------------------------------------------------------
+
+def test_each_kind_of_convolution_takes_its_kernel():
+    kind = {name: default_launch(Problem(g, dtype, relu)).kernel for name, g, dtype, relu in GEOMETRIES}
+    for name in ("depthwise-bias", "depthwise-multiplier-stride", "grouped-thin-direct", "conv1d-causal-cin1",
+                 "conv1d-stride5", "conv1d-grouped-dilated", "conv3d-grouped-thin", "f32-direct"):
+        assert kind[name] == "direct", name
+    for name in ("split-k-deep", "split-k-tail"):
+        assert kind[name] == "split_k", name
+    for name in ("3x3-bias-f16", "pointwise-stride2", "grouped-gemm", "flat-cin3-stride2", "conv3d-stride2",
+                 "fp8-3x3", "fp8-pointwise", "f32-gemm-tf32"):
+        assert kind[name] == "gemm", name
+    # The catalog's deep dilated conv (ASPP: C_in 2048, 3x3, K = 18432, 32x32 outputs) splits K.
+    aspp = default_launch(Problem(geo(1, 2048, 256, (32, 32), 3, pad=12, dilation=12), F16))
+    assert aspp.kernel == "split_k" and aspp.splits > 1
+
+
+def test_split_k_leaves_no_split_empty():
+    for name in ("split-k-deep", "split-k-tail"):
+        g, dtype, relu = BY_ID[name]
+        launch = default_launch(Problem(g, dtype, relu))
+        k_tiles = -(-Problem(g, dtype).k // launch.block_K)
+        per_split = -(-k_tiles // launch.splits)
+        assert (launch.splits - 1) * per_split < k_tiles
+
+
+def test_k_tiles_lie_in_one_tap_where_the_channels_allow():
+    assert default_launch(Problem(BY_ID["conv1d-causal-cin80"][0], BF16)).block_K == 16  # 80 = 5 x 16
+    assert default_launch(Problem(BY_ID["3x3-bias-f16"][0], F16)).block_K == 64
+    assert default_launch(Problem(BY_ID["fp8-pointwise"][0], FP8)).block_K == 128
+
+
+@pytest.mark.parametrize("name", list(BY_ID))
+def test_launch_variants_are_valid_configs_default_first(name):
+    g, dtype, relu = BY_ID[name]
+    variants = launch_variants(Problem(g, dtype, relu))
+    assert variants[0] == default_launch(Problem(g, dtype, relu)).as_dict()
+    assert len(variants) == len({tuple(sorted(v.items())) for v in variants})
+    for v in variants:
+        launch = ConvLaunch(**v)
+        assert launch.kernel in ("gemm", "split_k", "direct")
+        assert not (dtype == FP8 and launch.kernel == "direct")
+        if launch.kernel != "direct":
+            assert launch.num_stages >= 1 and launch.block_K % 8 == 0
+
+
+def test_kernel_spec_describes_channels_last_tensors():
+    g = geo(2, 64, 32, (10, 12), 3, stride=2, pad=1, bias=True)
+    spec = conv_kernel(g, F16, kernel="split_k", block_M=64, block_N=32, block_K=64, num_stages=2, threads=128,
+                       splits=3)
+    m = 2 * math.prod(g.out_size)
+    assert dict(spec.params) == {"input": (2 * 120, 64), "weight": (32, 9 * 64), "bias": (32,), "output": (m, 32),
+                                 "workspace": (3, m, 32)}
+    assert spec.outputs == {"output": F16, "workspace": F32}
+    assert spec.returns == (("output", (2, *g.out_size, 32)),)
+    fp8 = conv_kernel(BY_ID["fp8-3x3"][0], FP8)
+    assert [name for name, _ in fp8.params] == ["input", "weight", "x_scale", "w_scale", "output"]
+    assert fp8.outputs == {"output": BF16}
+
+
+def test_unsupported_dtypes_and_sizes_are_named():
+    assert "float64" in unsupported(geo(1, 4, 4, (5, 5), 3), torch.float64)
+    assert "2^31" in unsupported(geo(1, 1024, 8, (2048, 2048), 1), F16)
+    assert unsupported(geo(1, 4, 4, (5, 5), 3), F16) is None
+
+
+# -- compiles for sm_90 (no GPU needed) ----------------------------------------------------------
+
+COMPILED = [
+    ("3x3-bias-f16", {}),
+    ("pointwise-stride2", {}),
+    ("strided-dilated-relu", {"kernel": "gemm", "block_M": 64, "block_N": 128, "block_K": 64, "num_stages": 3,
+                              "threads": 256}),
+    ("grouped-gemm", {}),
+    ("conv1d-causal-cin80", {}),
+    ("conv3d-stride2", {}),
+    ("split-k-tail", {}),
+    ("depthwise-bias", {}),
+    ("fp8-3x3", {}),
+]
+
+
+@pytest.mark.parametrize("name,launch", COMPILED, ids=[c[0] for c in COMPILED])
+def test_kernel_compiles_for_sm90(name, launch):
+    pytest.importorskip("tilelang")
+    g, dtype, relu = BY_ID[name]
+    spec = conv_kernel(g, dtype, relu, **launch)
+    source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+    assert "__global__" in source
+    if spec.config["kernel"] == "split_k":
+        assert source.count("__global__ void __launch_bounds__") == 2  # partials, then the ordered sum
+        assert "atomic" not in source.lower()
+    if spec.config["kernel"] != "direct":
+        assert "wgmma" in source
+        if spec.config["aligned"]:  # whole-vector predicated async copies for the gathered input
+            assert "cp_async_gs_conditional<" in source
+
+
+# -- the index arithmetic, run on TileLang's CPU target ----------------------------------------------
+
+# The direct kernel gathers through the same window arithmetic as the GEMM's input tile
+# (conv_kernel._source: position decode, stride, padding before/after, dilation, groups), and it
+# builds for the CPU target (the GEMM's T.gemm does not): fp32, channels shrunk, same windows.
+CPU_CASES = ["strided-dilated-relu", "asymmetric-pad", "depthwise-multiplier-stride", "conv1d-causal-cin1",
+             "conv3d-dilated", "grouped-thin-direct"]
+
+
+@pytest.mark.parametrize("name", CPU_CASES)
+def test_window_arithmetic_matches_torch_on_the_cpu_target(name):
+    pytest.importorskip("tilelang")
+    import dataclasses
+
+    from npuops.kernels import CPU_TARGET
+    from npuops_conv.conv_kernel import direct_launch
+
+    g, _, _ = BY_ID[name]
+    per_group_in = 1 if g.groups == g.in_channels else min(g.in_channels // g.groups, 4)
+    per_group_out = min(g.out_channels // g.groups, 3)
+    groups = min(g.groups, 4)
+    g = dataclasses.replace(g, in_channels=per_group_in * groups, out_channels=per_group_out * groups, groups=groups)
+    launch = direct_launch(Problem(g, F32)).as_dict()
+    spec = conv_kernel(g, F32, False, **launch)  # no ReLU: the CPU target cannot vectorize its max
+    kernel = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(g.batch, *g.in_size, g.in_channels, generator=gen)
+    w = torch.randn(g.out_channels, *g.kernel, g.in_channels // g.groups, generator=gen)
+    tensors = {"input": x, "weight": w}
+    bias = tensors["bias"] = torch.randn(g.out_channels, generator=gen) if g.bias else None
+    if bias is None:
+        del tensors["bias"]
+    torch.testing.assert_close(kernel(**tensors), reference(g, x, w, bias, False), atol=1e-4, rtol=1e-4)
+
+
+# -- on the GPU ------------------------------------------------------------------------------------
+
+TOLERANCE = {F16: 4e-3, BF16: 2e-2, F32: 2e-3, FP8: 2e-2}  # fp8: the bf16 output's rounding
+
+
+def reference(g: ConvGeometry, x, w, bias, relu, x_scale=None, w_scale=None):
+    """The fp32 torch convolution of channels-last ``x`` [N, *in, C_in] and ``w``
+    [C_out, *kernel, Cg], returned channels-last."""
+    rank = len(g.in_size)
+    x32 = x.float().movedim(-1, 1)
+    w32 = w.float().movedim(-1, 1)
+    if x_scale is not None:
+        x32, w32 = x32 * x_scale, w32 * w_scale
+    pads = [p for before, after in zip(reversed(g.pad_before), reversed(g.pad_after), strict=True) for p in (before, after)]
+    conv = (F.conv1d, F.conv2d, F.conv3d)[rank - 1]
+    y = conv(F.pad(x32, pads), w32, None if bias is None else bias.float(), g.stride, 0, g.dilation, g.groups)
+    if relu:
+        y = F.relu(y)
+    return y.movedim(1, -1)
+
+
+def run_and_check(g: ConvGeometry, dtype, relu, launch: dict, seed: int = 0):
+    from npuops.kernels import launcher
+
+    device = torch.device("cuda")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    spec = conv_kernel(g, dtype, relu, **launch)
+    kernel = compile_kernel(spec.prim_func)
+    raw = torch.float16 if dtype == FP8 else dtype
+    x = torch.randn(g.batch, *g.in_size, g.in_channels, device=device, generator=gen).to(raw)
+    w = (torch.randn(g.out_channels, *g.kernel, g.in_channels // g.groups, device=device, generator=gen)
+         / math.sqrt(g.fan_in)).to(raw)
+    tensors = {"input": x, "weight": w}
+    scales = (None, None)
+    if dtype == FP8:
+        x, w = x.to(FP8), (w * math.sqrt(g.fan_in)).to(FP8)
+        scales = (torch.tensor(1.3, device=device), torch.tensor(0.7 / math.sqrt(g.fan_in), device=device))
+        tensors = {"input": x, "weight": w, "x_scale": scales[0], "w_scale": scales[1]}
+    bias = None
+    if g.bias and dtype != FP8:
+        bias = (0.1 * torch.randn(g.out_channels, device=device, generator=gen)).to(dtype)
+        tensors["bias"] = bias
+    out_dtype = spec.outputs["output"]
+    tensors["output"] = torch.full((g.batch, *g.out_size, g.out_channels), float("nan"), device=device, dtype=out_dtype)
+    if "workspace" in spec.outputs:
+        tensors["workspace"] = torch.full(dict(spec.params)["workspace"], float("nan"), device=device)
+    args = [tensors[name] for name, _ in spec.params]
+    launch_fn = launcher(kernel, device, [shape for _, shape in spec.params])
+    launch_fn.run(args, launch_fn.sizes({}))
+    torch.cuda.synchronize()
+    out = tensors["output"]
+    ref = reference(g, x, w, bias, relu, *scales)
+    assert not out.isnan().any(), f"{spec.config}: {int(out.isnan().sum())} outputs unwritten or NaN"
+    err = (out.float() - ref).abs()
+    allowed = TOLERANCE[dtype] * (ref.square().mean().sqrt() + ref.abs())
+    assert (err <= allowed).all(), f"{spec.config}: max error {err.max().item():.3g}, rms(ref) {ref.square().mean().sqrt():.3g}"
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(BY_ID))
+def test_default_kernel_matches_torch(name):
+    g, dtype, relu = BY_ID[name]
+    run_and_check(g, dtype, relu, {})
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["3x3-bias-f16", "3x3-bf16-partial-tiles", "split-k-deep", "depthwise-bias",
+                                  "grouped-thin-direct", "conv1d-causal-cin80", "fp8-3x3", "flat-cin3-stride2"])
+def test_every_launch_variant_matches_torch(name):
+    g, dtype, relu = BY_ID[name]
+    for config in launch_variants(Problem(g, dtype, relu)):
+        run_and_check(g, dtype, relu, config, seed=1)
+
+
+@pytest.mark.gpu
+def test_split_k_is_deterministic():
+    g, dtype, relu = BY_ID["split-k-deep"]
+    first = run_and_check(g, dtype, relu, {}, seed=2)
+    second = run_and_check(g, dtype, relu, {}, seed=2)
+    assert torch.equal(first, second)
+
+
+@pytest.mark.gpu
+def test_every_catalog_forward_workload_matches_torch():
+    """The default kernel of every forward workload of the catalog (channels-last inputs)."""
+    from npuops_conv.plugin import npuops_ops
+
+    forward = {"Conv2dFwd", "PointwiseConv2d", "DepthwiseConv2d", "GroupedConv2d", "DilatedConv2d", "Conv2dBiasRelu",
+               "Conv1dFwd", "Conv1dCausal", "Conv3dFwd", "Conv2dFp8Fwd"}
+    for op in npuops_ops():
+        if op.name in forward:
+            for w in op.workloads:
+                run_and_check(op.geometry(w), w.dtype_of("input"), op.name == "Conv2dBiasRelu", {})
