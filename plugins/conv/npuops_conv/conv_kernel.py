@@ -382,8 +382,8 @@ def _epilogue(p: Problem, value, column, Bias, XS, WS):
         value = value * (XS[0] * WS[0])
     if p.bias:
         value = value + T.Cast(F32, Bias[column])
-    if p.relu:
-        value = T.max(value, T.float32(0))
+    if p.relu:  # not max(value, 0), which makes NaN 0 where torch's ReLU keeps it
+        value = T.if_then_else(value < T.float32(0), T.float32(0), value)
     return value
 
 
