@@ -283,3 +283,13 @@ def test_a_csv_cell_is_never_a_formula(capsys, tmp_path):
         w.append(row("@SUM(A1)", "torch_eager", "eager", 0.003))
     text = report(capsys, path, "csv")
     assert "'=HYPERLINK" in text and "'@SUM(A1)" in text and ",=HYPERLINK" not in text and ",@SUM" not in text
+
+
+def test_the_layout_ours_took_is_shown_beside_its_time(capsys, tmp_path):
+    path = tmp_path / "r.jsonl"
+    with ResultsWriter(path) as w:
+        w.append({"record": "env", "run_id": "r1", "device": {"device": "cuda", "model": "H200"}, "limits": LIMITS,
+                  "versions": {"torch": "2.11"}, "git": "abc"})
+        w.append(row("tilelang", "ours", "eager", 0.002, config={"kernel": "gemm", "layout": "channels-last"}))
+        w.append(row("torch_eager", "torch_eager", "eager", 0.004))
+    assert "0.0020 [channels-last]" in report(capsys, path, "markdown")

@@ -311,7 +311,12 @@ def sol_text(e: Entry) -> str:
 
 
 def ours_text(e: Entry) -> str:
-    return time_text(e.ours) if e.ours else "·"
+    """Ours' time, and the memory layout its kernel took where it declares one (an implementation
+    whose inputs are converted outside the timed calls, as a model in that layout has them)."""
+    if not e.ours:
+        return "·"
+    layout = (e.ours.get("config") or {}).get("layout")
+    return time_text(e.ours) + (f" [{layout}]" if layout else "")
 
 
 def _grouped(entries: list[Entry]) -> dict[tuple[str, str, str], list[Entry]]:
