@@ -1,7 +1,7 @@
 """Compile, on a machine without a GPU, every TileLang kernel a benchmark run of the catalog builds,
 into a TileLang cache that ships to the GPU machine: there each kernel loads instead of compiling
 (the GPU machine's compile time is most of a run's). Keys match when the TileLang version, the
-kernel's TIR and the target ({"kind": "cuda", "arch": "sm_90"}) do; a miss just compiles.
+kernel's TIR and the target ({"kind": "cuda", "arch": "sm_90a"}) do; a miss just compiles.
 
     python scripts/warm-kernel-cache.py [--family norm,pool] [--op RMSNormFwd,...] [--variants] [--jobs 2]
 
@@ -19,7 +19,7 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-ARCH = "sm_90"
+ARCH = "sm_90a"
 
 
 def build(job: tuple[str, bool]) -> str | None:

@@ -12,6 +12,14 @@ def test_cuda_target_takes_the_arch_from_the_environment_without_a_gpu(monkeypat
     assert cuda_target("sm_80") == {"kind": "cuda", "arch": "sm_80"}  # an explicit arch wins
 
 
+@pytest.mark.parametrize("capability,arch", [((8, 0), "sm_80"), ((9, 0), "sm_90a"), ((10, 0), "sm_100a")])
+def test_a_gpu_s_target_has_its_architecture_specific_features(monkeypatch, capability, arch):
+    """wgmma (tensor-core GEMMs on Hopper) exists only in sm_90a: built for sm_90 it traps."""
+    monkeypatch.delenv("NPUOPS_CUDA_ARCH", raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: capability)
+    assert cuda_target() == {"kind": "cuda", "arch": arch}
+
+
 def test_the_cpu_target_runs_a_kernel_whose_fragments_have_thread_layouts():
     """A layout giving each GPU thread its own row (so it loads whole vectors) is replaced for the
     CPU target, which runs a block's threads one after another (kept, it gives wrong results there):

@@ -35,12 +35,14 @@ def tilelang_dtype(dtype: torch.dtype) -> str:
 
 def cuda_target(arch: str | None = None) -> dict[str, str]:
     """TileLang's target as a JSON dict (the string form is rejected). The arch: as given, else
-    NPUOPS_CUDA_ARCH (e.g. ``sm_90``: CPU-only machines compile the kernels a GPU run would, into
-    TileLang's cache, see scripts/warm-kernel-cache.py), else the current GPU's."""
+    NPUOPS_CUDA_ARCH (e.g. ``sm_90a``: CPU-only machines compile the kernels a GPU run would, into
+    TileLang's cache, see scripts/warm-kernel-cache.py), else the current GPU's, with its
+    architecture-specific features from Hopper on (``sm_90a``: wgmma and setmaxnreg exist only
+    there; a kernel using them built for ``sm_90`` traps at run time)."""
     arch = arch or os.environ.get("NPUOPS_CUDA_ARCH")
     if arch is None:
         major, minor = torch.cuda.get_device_capability()
-        arch = f"sm_{major}{minor}"
+        arch = f"sm_{major}{minor}{'a' if major >= 9 else ''}"
     return {"kind": "cuda", "arch": arch}
 
 

@@ -1,5 +1,5 @@
 """Our TileLang forward-convolution kernels (npuops_conv.conv_kernel): the launch rules pick the
-kernel each kind of convolution should take; representative kernels compile for sm_90 anywhere
+kernel each kind of convolution should take; representative kernels compile for sm_90a anywhere
 (CPU CI); on a GPU (marker ``gpu``) every kernel matches an fp32 torch reference on fresh random
 inputs, its output pre-filled with NaN so that unwritten elements fail."""
 
@@ -130,7 +130,7 @@ def test_unsupported_dtypes_and_sizes_are_named():
     assert unsupported(geo(1, 4, 4, (5, 5), 3), F16) is None
 
 
-# -- compiles for sm_90 (no GPU needed) ----------------------------------------------------------
+# -- compiles for sm_90a (no GPU needed) ----------------------------------------------------------
 
 COMPILED = [
     ("3x3-bias-f16", {}),
@@ -151,7 +151,7 @@ def test_kernel_compiles_for_sm90(name, launch):
     pytest.importorskip("tilelang")
     g, dtype, relu = BY_ID[name]
     spec = conv_kernel(g, dtype, relu, **launch)
-    source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+    source = compile_kernel(spec.prim_func, arch="sm_90a").get_kernel_source()
     assert "__global__" in source
     if spec.config["kernel"] == "split_k":
         assert source.count("__global__ void __launch_bounds__") == 2  # partials, then the ordered sum
