@@ -52,6 +52,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from npuops import KernelKey
 from npuops.kernels import H200_SMS, KernelSpec, tilelang_dtype
 
 from .ops._geometry import ConvGeometry
@@ -274,11 +275,13 @@ def conv_kernel(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, 
     [M, C_out] (returned as [N, *out_size, C_out]) and, for split-K, ``workspace`` [splits, M, C_out]
     fp32 (allocated per call, not returned). Channels-last tensors of the natural shapes fit as they
     are (a static shape takes any contiguous tensor of as many elements)."""
-    p = Problem(geometry, dtype, relu)
     problem = unsupported(geometry, dtype)
     if problem:
         raise ValueError(problem)
-    config = default_launch(p) if kernel is None else ConvLaunch(kernel, **launch)
+    config = default_launch(Problem(geometry, dtype, relu)) if kernel is None else ConvLaunch(kernel, **launch)
+    # The batch comes at launch: the kernel is built from the geometry without it, so that one
+    # build serves every batch size (of its launch config: see kernel_key).
+    p = Problem(unbatched(geometry), dtype, relu)
     if config.kernel == "direct":
         if p.fp8:
             raise ValueError("the direct kernel does not take fp8 inputs")
@@ -288,17 +291,32 @@ def conv_kernel(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, 
     raise ValueError(f"unknown conv kernel {config.kernel!r}")
 
 
+def unbatched(geometry: ConvGeometry) -> ConvGeometry:
+    """``geometry`` without its batch size, which the kernels take at launch."""
+    return dataclasses.replace(geometry, batch=0)
+
+
+def kernel_key(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, **launch) -> KernelKey:
+    """What one build of :func:`conv_kernel` serves: every batch size of the geometry. Its launch
+    (the default's, chosen by the batch's output tiles) is the key's launch class: any of them
+    computes any batch size, so one stands in while another builds."""
+    config = default_launch(Problem(geometry, dtype, relu)) if not launch else ConvLaunch(**launch)
+    return KernelKey((unbatched(geometry), dtype, relu), tuple(sorted(config.as_dict().items())))
+
+
 def _params(p: Problem, config: ConvLaunch) -> tuple:
+    """The kernel's parameters: flat channels-last views whose row counts, "rows_in" (N x the
+    input's positions) and "rows" (N x the output's: the GEMM's M), are sizes given at launch."""
     g = p.geometry
-    params = [("input", (p.rows_in, g.in_channels)), ("weight", (g.out_channels, p.k))]
+    params = [("input", ("rows_in", g.in_channels)), ("weight", (g.out_channels, p.k))]
     if p.bias:
         params.append(("bias", (g.out_channels,)))
     if p.fp8:
         params += [("x_scale", (1,)), ("w_scale", (1,))]
-    params.append(("output", (p.m, g.out_channels)))
+    params.append(("output", ("rows", g.out_channels)))
     outputs = {"output": p.out_dtype}
     if config.kernel == "split_k":
-        params.append(("workspace", (config.splits, p.m, g.out_channels)))
+        params.append(("workspace", (config.splits, "rows", g.out_channels)))
         outputs["workspace"] = torch.float32
     return tuple(params), outputs
 
@@ -306,8 +324,14 @@ def _params(p: Problem, config: ConvLaunch) -> tuple:
 def _spec(p: Problem, config: ConvLaunch, prim_func, extra: dict) -> KernelSpec:
     params, outputs = _params(p, config)
     g = p.geometry
-    return KernelSpec(prim_func, params, outputs, (("output", (g.batch, *g.out_size, g.out_channels)),),
-                      {**config.as_dict(), **extra})
+    positions_in, positions_out = math.prod(g.in_size), math.prod(g.out_size)
+
+    def batch_sizes(sizes):
+        batch = sizes["rows_in"] // positions_in
+        return {"batch": batch, "rows": batch * positions_out}
+
+    return KernelSpec(prim_func, params, outputs, (("output", ("batch", *g.out_size, g.out_channels)),),
+                      {**config.as_dict(), **extra}, derived=batch_sizes)
 
 
 def _position(p: Problem, m):
@@ -334,13 +358,13 @@ def _all(conditions):
     return result
 
 
-def _source(p: Problem, m, tap, check_m: bool = True):
+def _source(p: Problem, m, tap, rows=None):
     """(inside, input row) of GEMM row ``m`` at ``tap``: whether the tap reads inside the input
     (not the padding) and ``m`` is a row of the GEMM, and the flat input row it reads. A bound is
     checked only where the padding or the last window can cross it (decided at build time)."""
     D, H, W = p.in3
     n, od, oh, ow = _position(p, m)
-    conditions = [m < p.m] if check_m else []
+    conditions = [m < rows] if rows is not None else []
     coordinates = []
     for o, k, size, out, taps, s, pad, d in zip((od, oh, ow), _tap(p, tap), p.in3, p.out3, p.kernel3, p.stride3,
                                                 p.pad3, p.dilation3, strict=True):
@@ -354,7 +378,7 @@ def _source(p: Problem, m, tap, check_m: bool = True):
     return _all(conditions), ((n * D + i_d) * H + i_h) * W + i_w
 
 
-def _a_element(p: Problem, X, m, kt, kk, group_or_split, block_K: int, tail: bool):
+def _a_element(p: Problem, X, m, rows, kt, kk, group_or_split, block_K: int, tail: bool):
     """A[m, kt*block_K + kk] of the implicit GEMM (the input gathered through the window): zero in
     the padding and past K. ``group_or_split``: the grid's third index (the group; split-K
     convolutions have one group). Aligned (Cg a multiple of block_K): the tile lies in one tap, the
@@ -369,7 +393,7 @@ def _a_element(p: Problem, X, m, kt, kk, group_or_split, block_K: int, tail: boo
         k = kt * block_K + kk
         tap, channel = (k, 0) if p.cg == 1 else (k // p.cg, k % p.cg)
         extra = [k < p.k]
-    inside, row = _source(p, m, tap)
+    inside, row = _source(p, m, tap, rows)
     return T.if_then_else(_all([inside, *extra]), X[row, group * p.cg + channel], 0)
 
 
@@ -395,7 +419,8 @@ def gemm_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
     dt, ot = tilelang_dtype(p.dtype), tilelang_dtype(p.out_dtype)
     bM, bN, bK, stages, threads, splits = (config.block_M, config.block_N, config.block_K, config.num_stages,
                                            config.threads, config.splits)
-    M, K, Cg, Og, C_out, groups = p.m, p.k, p.cg, p.og, g.out_channels, g.groups
+    sizes = _launch_sizes()
+    M, K, Cg, Og, C_out, groups = sizes["rows"], p.k, p.cg, p.og, g.out_channels, g.groups
     aligned = Cg % bK == 0
     k_tiles = -(-K // bK)
     per_split = -(-k_tiles // splits)
@@ -426,7 +451,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
                 # Expressions built whole by the helpers (no let-bound names): TileLang turns a
                 # zero-fill if_then_else load into a predicated cp.async only in that form.
                 for i, kk in T.Parallel(bM, bK):
-                    A_s[i, kk] = _a_element(p, X, by * bM + i, _k_tile(bz, ko), kk, bz, bK, tail)
+                    A_s[i, kk] = _a_element(p, X, by * bM + i, M, _k_tile(bz, ko), kk, bz, bK, tail)
                 # T.copy, not a gather: with two gathers in a stage TileLang makes only one of
                 # them cp.async. Its bounds checks zero-fill rows past C_out and columns past K;
                 # rows past the group's channels (the next group's weights) only reach output
@@ -458,7 +483,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
                     if m < M and c < C_out:
                         Y[m, c] = T.Cast(ot, _epilogue(p, total[i, j], c, Bias, XS, WS))
 
-    prim_func = _prim_func(p, config, body)
+    prim_func = _prim_func(p, config, body, sizes)
     return _spec(p, config, prim_func, {"k_tiles": k_tiles, "aligned": aligned})
 
 
@@ -470,7 +495,8 @@ def direct_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
     g = p.geometry
     ot = tilelang_dtype(p.out_dtype)
     bM, bN, threads = config.block_M, config.block_N, config.threads
-    M, Cg, Og, C_out, taps = p.m, p.cg, p.og, g.out_channels, p.taps
+    sizes = _launch_sizes()
+    M, Cg, Og, C_out, taps = sizes["rows"], p.cg, p.og, g.out_channels, p.taps
 
     @T.macro
     def body(X, Wt, Bias, XS, WS, Y, Work):
@@ -482,22 +508,30 @@ def direct_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
                 for c in T.serial(Cg):
                     for i, j in T.Parallel(bM, bN):
                         co = T.min(bx * bN + j, C_out - 1)
-                        inside, row = _source(p, by * bM + i, tap)
+                        inside, row = _source(p, by * bM + i, tap, M)
                         x = T.if_then_else(inside, X[row, co // Og * Cg + c], 0)
                         acc[i, j] += T.Cast(F32, x) * T.Cast(F32, Wt[co, tap * Cg + c])
             for i, j in T.Parallel(bM, bN):
                 if by * bM + i < M and bx * bN + j < C_out:
                     Y[by * bM + i, bx * bN + j] = T.Cast(ot, _epilogue(p, acc[i, j], bx * bN + j, Bias, XS, WS))
 
-    return _spec(p, config, _prim_func(p, config, body), {})
+    return _spec(p, config, _prim_func(p, config, body, sizes), {})
 
 
-def _prim_func(p: Problem, config: ConvLaunch, body):
+def _launch_sizes() -> dict:
+    """The kernels' sizes given at launch, as TIR variables (int32: see :func:`unsupported`)."""
+    import tilelang.language as T
+
+    return {name: T.dynamic(name, "int32") for name in ("rows_in", "rows")}
+
+
+def _prim_func(p: Problem, config: ConvLaunch, body, sizes: dict):
     """``body(X, Wt, Bias, XS, WS, Y, Work)`` as a prim_func over :func:`_params`' parameters
-    (the ones a problem lacks passed as None)."""
+    (the ones a problem lacks passed as None), their named sizes ``sizes``' variables."""
     import tilelang.language as T
 
     params, _ = _params(p, config)
+    params = [(name, tuple(sizes[d] if isinstance(d, str) else d for d in shape)) for name, shape in params]
     dtypes = {"input": p.dtype, "weight": p.dtype, "bias": p.dtype, "x_scale": torch.float32,
               "w_scale": torch.float32, "output": p.out_dtype, "workspace": torch.float32}
     names = tuple(name for name, _ in params)

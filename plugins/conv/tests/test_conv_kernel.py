@@ -114,11 +114,12 @@ def test_kernel_spec_describes_channels_last_tensors():
     g = geo(2, 64, 32, (10, 12), 3, stride=2, pad=1, bias=True)
     spec = conv_kernel(g, F16, kernel="split_k", block_M=64, block_N=32, block_K=64, num_stages=2, threads=128,
                        splits=3)
-    m = 2 * math.prod(g.out_size)
-    assert dict(spec.params) == {"input": (2 * 120, 64), "weight": (32, 9 * 64), "bias": (32,), "output": (m, 32),
-                                 "workspace": (3, m, 32)}
+    # The row counts (the batch's) come at launch: one build serves every batch size.
+    assert dict(spec.params) == {"input": ("rows_in", 64), "weight": (32, 9 * 64), "bias": (32,),
+                                 "output": ("rows", 32), "workspace": (3, "rows", 32)}
+    assert spec.derived({"rows_in": 5 * 120}) == {"batch": 5, "rows": 5 * math.prod(g.out_size)}
     assert spec.outputs == {"output": F16, "workspace": F32}
-    assert spec.returns == (("output", (2, *g.out_size, 32)),)
+    assert spec.returns == (("output", ("batch", *g.out_size, 32)),)
     fp8 = conv_kernel(BY_ID["fp8-3x3"][0], FP8)
     assert [name for name, _ in fp8.params] == ["input", "weight", "x_scale", "w_scale", "output"]
     assert fp8.outputs == {"output": BF16}
@@ -188,13 +189,13 @@ def test_window_arithmetic_matches_torch_on_the_cpu_target(name):
     spec = conv_kernel(g, F32, False, **launch)  # no ReLU: the CPU target cannot vectorize its max
     kernel = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
     gen = torch.Generator().manual_seed(3)
-    x = torch.randn(g.batch, *g.in_size, g.in_channels, generator=gen)
     w = torch.randn(g.out_channels, *g.kernel, g.in_channels // g.groups, generator=gen)
-    tensors = {"input": x, "weight": w}
-    bias = tensors["bias"] = torch.randn(g.out_channels, generator=gen) if g.bias else None
-    if bias is None:
-        del tensors["bias"]
-    torch.testing.assert_close(kernel(**tensors), reference(g, x, w, bias, False), atol=1e-4, rtol=1e-4)
+    bias = torch.randn(g.out_channels, generator=gen) if g.bias else None
+    for batch in (g.batch, g.batch + 2):  # one build, any batch size (it comes at launch)
+        x = torch.randn(batch, *g.in_size, g.in_channels, generator=gen)
+        tensors = {"input": x, "weight": w, **({"bias": bias} if g.bias else {})}
+        expected = reference(dataclasses.replace(g, batch=batch), x, w, bias, False)
+        torch.testing.assert_close(kernel(**tensors), expected, atol=1e-4, rtol=1e-4)
 
 
 # -- on the GPU ------------------------------------------------------------------------------------
@@ -241,11 +242,13 @@ def run_and_check(g: ConvGeometry, dtype, relu, launch: dict, seed: int = 0):
         tensors["bias"] = bias
     out_dtype = spec.outputs["output"]
     tensors["output"] = torch.full((g.batch, *g.out_size, g.out_channels), float("nan"), device=device, dtype=out_dtype)
+    sizes = spec.derived({"rows_in": g.batch * math.prod(g.in_size)})
     if "workspace" in spec.outputs:
-        tensors["workspace"] = torch.full(dict(spec.params)["workspace"], float("nan"), device=device)
+        splits = dict(spec.params)["workspace"][0]
+        tensors["workspace"] = torch.full((splits, sizes["rows"], g.out_channels), float("nan"), device=device)
     args = [tensors[name] for name, _ in spec.params]
     launch_fn = launcher(kernel, device, [shape for _, shape in spec.params])
-    launch_fn.run(args, launch_fn.sizes({}))
+    launch_fn.run(args, launch_fn.sizes({"rows_in": g.batch * math.prod(g.in_size), **sizes}))
     torch.cuda.synchronize()
     out = tensors["output"]
     ref = reference(g, x, w, bias, relu, *scales)
@@ -292,3 +295,12 @@ def test_every_catalog_forward_workload_matches_torch():
         if op.name in forward:
             for w in op.workloads:
                 run_and_check(op.geometry(w), w.dtype_of("input"), op.name == "Conv2dBiasRelu", {})
+
+
+def test_one_build_serves_every_batch_size_of_a_geometry():
+    from npuops_conv.conv_kernel import kernel_key
+
+    small, large = (kernel_key(geo(n, 64, 64, (14, 14), 3, pad=1), F16) for n in (1, 256))
+    assert small.shared == large.shared  # the same code: either computes the other's batch
+    assert small.launch != large.launch  # tiles chosen for each batch's number of output tiles
+    assert kernel_key(geo(1, 64, 64, (14, 14), 3, pad=1), BF16).shared != small.shared

@@ -56,6 +56,11 @@ class ForwardConvOp(ConvOp, KernelOp):
 
         return unsupported(self.geometry(w), w.dtype_of("input"))
 
+    def kernel_key(self, w):
+        from ..conv_kernel import kernel_key
+
+        return kernel_key(self.geometry(w), w.dtype_of("input"), self.fused_relu)
+
     def tilelang_variants(self, w):
         from ..conv_kernel import Problem, launch_variants
 
