@@ -265,7 +265,7 @@ def launch_variants(p: Problem) -> list[dict]:
 # -- the builder -----------------------------------------------------------------------------------
 
 def conv_kernel(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, kernel: str | None = None,
-                **launch) -> KernelSpec:
+                portable: bool = False, **launch) -> KernelSpec:
     """The kernel for a forward convolution of ``geometry`` on ``dtype`` inputs (``relu``: fuse a
     ReLU after the bias): the default launch's, or the one the launch config (a dict of
     :class:`ConvLaunch` fields, as :func:`launch_variants` gives) names.
@@ -287,7 +287,7 @@ def conv_kernel(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, 
             raise ValueError("the direct kernel does not take fp8 inputs")
         return direct_kernel(p, config)
     if config.kernel in ("gemm", "split_k"):
-        return gemm_kernel(p, config)
+        return gemm_kernel(p, config, portable)
     raise ValueError(f"unknown conv kernel {config.kernel!r}")
 
 
@@ -411,8 +411,11 @@ def _epilogue(p: Problem, value, column, Bias, XS, WS):
     return value
 
 
-def gemm_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
-    """The implicit GEMM (``splits`` == 1) or its split-K form with a fixed-order reduction."""
+def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> KernelSpec:
+    """The implicit GEMM (``splits`` == 1) or its split-K form with a fixed-order reduction.
+    ``portable``: the tile product as plain loops instead of ``T.gemm``, which TileLang's CPU target
+    has no lowering for, so that tests run every other part of the kernel (the gather, the split-K
+    ranges and reduction, the epilogue and the masked writes) on machines without a GPU."""
     import tilelang.language as T
 
     g = p.geometry
@@ -440,13 +443,23 @@ def gemm_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
         return bz if groups > 1 else 0
 
     @T.macro
+    def zero(fragment):
+        if portable:  # the CPU target has no T.clear of a fragment
+            for i, j in T.Parallel(*fragment.shape):
+                fragment[i, j] = 0
+        else:
+            T.clear(fragment)
+
+    @T.macro
     def body(X, Wt, Bias, XS, WS, Y, Work):
         with T.Kernel(T.ceildiv(Og, bN), T.ceildiv(M, bM), groups * splits, threads=threads) as (bx, by, bz):
-            A_s = T.alloc_shared((bM, bK), dt)
-            B_s = T.alloc_shared((bN, bK), dt)
+            # (The CPU target takes one shared buffer a kernel: there the tiles are local.)
+            tile = T.alloc_fragment if portable else T.alloc_shared
+            A_s = tile((bM, bK), dt)
+            B_s = tile((bN, bK), dt)
             acc = T.alloc_fragment((bM, bN), F32)
-            C_s = T.alloc_shared((bM, bN), F32 if split else ot)
-            T.clear(acc)
+            C_s = tile((bM, bN), F32 if split else ot)
+            zero(acc)
             for ko in T.Pipelined(per_split, num_stages=stages):
                 # Expressions built whole by the helpers (no let-bound names): TileLang turns a
                 # zero-fill if_then_else load into a predicated cp.async only in that form.
@@ -457,7 +470,12 @@ def gemm_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
                 # rows past the group's channels (the next group's weights) only reach output
                 # columns that are not written.
                 T.copy(Wt[_group(bz) * Og + bx * bN, _k_tile(bz, ko) * bK], B_s)
-                T.gemm(A_s, B_s, acc, transpose_B=True)
+                if portable:
+                    for i, j in T.Parallel(bM, bN):
+                        for kk in T.serial(bK):
+                            acc[i, j] += T.Cast(F32, A_s[i, kk]) * T.Cast(F32, B_s[j, kk])
+                else:
+                    T.gemm(A_s, B_s, acc, transpose_B=True)
             if split:
                 T.copy(acc, C_s)
                 for i, j in T.Parallel(bM, bN):
@@ -473,7 +491,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
         if split:
             with T.Kernel(T.ceildiv(C_out, r_cols), T.ceildiv(M, r_rows), threads=256) as (cx, cy):
                 total = T.alloc_fragment((r_rows, r_cols), F32)
-                T.clear(total)
+                zero(total)
                 for s in T.serial(splits):  # a fixed order: deterministic
                     for i, j in T.Parallel(r_rows, r_cols):
                         m, c = cy * r_rows + i, cx * r_cols + j

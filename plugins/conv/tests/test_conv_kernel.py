@@ -198,6 +198,46 @@ def test_window_arithmetic_matches_torch_on_the_cpu_target(name):
         torch.testing.assert_close(kernel(**tensors), expected, atol=1e-4, rtol=1e-4)
 
 
+
+# The GEMM kernels with the tile product as loops (``portable``): every other part of them (the
+# input gather through the window, aligned and flat K tiles, groups, the split-K ranges and their
+# fixed-order sum, the epilogue, the masked writes) runs on the CPU target, batch sizes at launch.
+GEMM_CPU_CASES = [
+    ("aligned-3x3-pad-bias", geo(2, 16, 24, (6, 7), 3, pad=1, bias=True),
+     dict(kernel="gemm", block_M=16, block_N=16, block_K=8, num_stages=2, threads=128)),
+    ("flat-cin3-stride2", geo(1, 3, 8, (9, 9), 3, stride=2, pad=1),
+     dict(kernel="gemm", block_M=16, block_N=8, block_K=8, num_stages=2, threads=128)),
+    ("grouped", geo(2, 8, 16, (5, 5), 3, pad=1, groups=2),
+     dict(kernel="gemm", block_M=16, block_N=8, block_K=4, num_stages=2, threads=128)),
+    ("split-k-tail-bias", geo(1, 16, 8, (4, 4), 3, pad=1, bias=True),
+     dict(kernel="split_k", block_M=16, block_N=8, block_K=8, num_stages=1, threads=128, splits=4)),
+    ("causal-1d-dilated", geo(2, 8, 8, (11,), 3, dilation=2, pad=(4,), pad_after=(0,)),
+     dict(kernel="gemm", block_M=8, block_N=8, block_K=8, num_stages=1, threads=128)),
+    ("3d-strided", geo(1, 8, 8, (4, 5, 6), 3, stride=2, pad=1),
+     dict(kernel="gemm", block_M=16, block_N=8, block_K=8, num_stages=1, threads=128)),
+]
+
+
+@pytest.mark.parametrize("name,g,launch", GEMM_CPU_CASES, ids=[c[0] for c in GEMM_CPU_CASES])
+def test_gemm_logic_matches_torch_on_the_cpu_target(name, g, launch):
+    pytest.importorskip("tilelang")
+    import dataclasses
+
+    from npuops import nan_filled_allocations
+    from npuops.kernels import CPU_TARGET
+
+    spec = conv_kernel(g, F32, False, portable=True, **launch)
+    kernel = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
+    gen = torch.Generator().manual_seed(1)
+    w = torch.randn(g.out_channels, *g.kernel, g.in_channels // g.groups, generator=gen)
+    bias = torch.randn(g.out_channels, generator=gen) if g.bias else None
+    for batch in (g.batch, g.batch + 1):  # one build, two batch sizes
+        x = torch.randn(batch, *g.in_size, g.in_channels, generator=gen)
+        with nan_filled_allocations():  # outputs (and the split-K workspace) start as NaN
+            got = kernel(input=x, weight=w, **({"bias": bias} if g.bias else {}))
+        expected = reference(dataclasses.replace(g, batch=batch), x, w, bias, False)
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
 # -- on the GPU ------------------------------------------------------------------------------------
 
 TOLERANCE = {F16: 4e-3, BF16: 2e-2, F32: 2e-3, FP8: 2e-2}  # fp8: the bf16 output's rounding
