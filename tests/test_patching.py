@@ -68,7 +68,7 @@ HIDDEN = 16
 
 
 class TinyModel(nn.Module):
-    """Every module kind the norm and pool plugins know, and some they must leave alone."""
+    """Every module kind the norm, pool and conv plugins know, and some they must leave alone."""
 
     def __init__(self):
         super().__init__()
@@ -90,6 +90,13 @@ class TinyModel(nn.Module):
         ])
         self.pools1d = nn.ModuleList([nn.MaxPool1d(3, 2), nn.AvgPool1d(2)])
         self.pools3d = nn.ModuleList([nn.MaxPool3d(2), nn.AvgPool3d(2, divisor_override=3)])
+        self.convs2d = nn.ModuleList([
+            nn.Conv2d(3, 6, 3, padding=1), nn.Conv2d(3, 3, 3, stride=2, groups=3, bias=False),
+            nn.Conv2d(3, 4, 3, padding="same", dilation=2),
+            nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"),  # left alone
+        ])
+        self.conv1d = nn.Conv1d(3, 5, 3, padding=1)
+        self.conv3d = nn.Conv3d(3, 2, 2)
         with torch.no_grad():  # weights away from their init, so a wrong formula shows
             for p in self.parameters():
                 p.add_(torch.randn_like(p) * 0.3)
@@ -99,12 +106,14 @@ class TinyModel(nn.Module):
         outputs += [pool(image) for pool in self.pools2d]
         outputs += [pool(image.flatten(2)) for pool in self.pools1d]
         outputs += [pool(image.unsqueeze(2).expand(-1, -1, 4, -1, -1)) for pool in self.pools3d]
+        outputs += [conv(image) for conv in self.convs2d]
+        outputs += [self.conv1d(image.flatten(2)), self.conv3d(image.unsqueeze(2).expand(-1, -1, 4, -1, -1))]
         return outputs
 
 
 SWAPPED = {"LayerNorm": 1, "RMSNorm": 1, "LlamaRMSNorm": 1, "GemmaRMSNorm": 1, "Qwen3NextRMSNorm": 1,
            "MaxPool2d": 2, "AvgPool2d": 1, "AdaptiveAvgPool2d": 1, "AdaptiveMaxPool2d": 2, "MaxPool1d": 1,
-           "AvgPool1d": 1, "MaxPool3d": 1, "AvgPool3d": 1}
+           "AvgPool1d": 1, "MaxPool3d": 1, "AvgPool3d": 1, "Conv2d": 3, "Conv1d": 1, "Conv3d": 1}
 
 
 @pytest.fixture

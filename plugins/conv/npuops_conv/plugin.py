@@ -1,5 +1,5 @@
 """Entry point of the ``conv`` plugin: its ops with their catalog workloads, our TileLang kernels
-(the forward convolutions) and the cuDNN channels-last baseline."""
+(the forward convolutions), the cuDNN channels-last baseline and the modules npuops.patch swaps."""
 
 from npuops import hookimpl, package_ops
 from npuops.kernels import kernel_implementations
@@ -15,3 +15,10 @@ def npuops_ops():
 @hookimpl
 def npuops_implementations(ops):
     return kernel_implementations(ops, __package__, "TileLang convolution") + channels_last_implementations(ops)
+
+
+@hookimpl
+def npuops_module_forwards():
+    from .modules import conv_forward  # imported on use: it defines the functions' custom ops
+
+    return [conv_forward]
