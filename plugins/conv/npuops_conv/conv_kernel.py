@@ -234,10 +234,19 @@ def direct_launch(p: Problem, threads: int = DIRECT_THREADS, outputs: int = DIRE
     return ConvLaunch("direct", block_M, block_N, 0, 0, threads, 1)
 
 
+def chosen_launch(p: Problem) -> ConvLaunch:
+    """The launch a plain run takes: the one tuning chose for this problem (``tuned_launches.json``,
+    see :mod:`npuops_conv.tuned`), else the rule's."""
+    from .tuned import tuned_launch
+
+    tuned = tuned_launch(p.geometry, p.dtype, p.relu)
+    return ConvLaunch(**tuned) if tuned else default_launch(p)
+
+
 def launch_variants(p: Problem) -> list[dict]:
-    """Launch configs to tune among, the default first."""
+    """Launch configs to tune among, the chosen one first, the rule's among them."""
     first = default_launch(p)
-    variants = [first]
+    variants = [chosen_launch(p), first]
     if first.kernel == "direct":
         variants += [direct_launch(p, outputs=DIRECT_OUTPUTS // 2), direct_launch(p, threads=128)]
         if not p.fp8 and p.og >= 8:  # a GEMM still takes it (N tile of 16+)
@@ -267,18 +276,19 @@ def launch_variants(p: Problem) -> list[dict]:
 def conv_kernel(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, kernel: str | None = None,
                 portable: bool = False, **launch) -> KernelSpec:
     """The kernel for a forward convolution of ``geometry`` on ``dtype`` inputs (``relu``: fuse a
-    ReLU after the bias): the default launch's, or the one the launch config (a dict of
-    :class:`ConvLaunch` fields, as :func:`launch_variants` gives) names.
+    ReLU after the bias): the chosen launch's (:func:`chosen_launch`), or the one the launch config
+    (a dict of :class:`ConvLaunch` fields, as :func:`launch_variants` gives) names. ``portable``:
+    see :func:`gemm_kernel`.
 
-    Parameters, in order: ``input`` [N*prod(in_size), C_in], ``weight`` [C_out, K], then ``bias``
-    [C_out] (when the geometry has one), ``x_scale`` and ``w_scale`` [1] (fp8), ``output``
-    [M, C_out] (returned as [N, *out_size, C_out]) and, for split-K, ``workspace`` [splits, M, C_out]
-    fp32 (allocated per call, not returned). Channels-last tensors of the natural shapes fit as they
-    are (a static shape takes any contiguous tensor of as many elements)."""
+    Parameters, in order (see :func:`_params`): ``input`` [rows_in, C_in] (N x the input's
+    positions), ``weight`` [C_out, K], then ``bias`` [C_out] (when the geometry has one),
+    ``x_scale`` and ``w_scale`` [1] (fp8), ``output`` [rows, C_out] (returned as [N, *out_size,
+    C_out]) and, for split-K, ``workspace`` [splits, rows, C_out] fp32 (allocated per call, not
+    returned). Channels-last tensors of the natural shapes fit as they are."""
     problem = unsupported(geometry, dtype)
     if problem:
         raise ValueError(problem)
-    config = default_launch(Problem(geometry, dtype, relu)) if kernel is None else ConvLaunch(kernel, **launch)
+    config = chosen_launch(Problem(geometry, dtype, relu)) if kernel is None else ConvLaunch(kernel, **launch)
     # The batch comes at launch: the kernel is built from the geometry without it, so that one
     # build serves every batch size (of its launch config: see kernel_key).
     p = Problem(unbatched(geometry), dtype, relu)
@@ -298,9 +308,9 @@ def unbatched(geometry: ConvGeometry) -> ConvGeometry:
 
 def kernel_key(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, **launch) -> KernelKey:
     """What one build of :func:`conv_kernel` serves: every batch size of the geometry. Its launch
-    (the default's, chosen by the batch's output tiles) is the key's launch class: any of them
-    computes any batch size, so one stands in while another builds."""
-    config = default_launch(Problem(geometry, dtype, relu)) if not launch else ConvLaunch(**launch)
+    (the chosen one, which depends on the batch's output tiles) is the key's launch class: any of
+    them computes any batch size, so one stands in while another builds."""
+    config = chosen_launch(Problem(geometry, dtype, relu)) if not launch else ConvLaunch(**launch)
     return KernelKey((unbatched(geometry), dtype, relu), tuple(sorted(config.as_dict().items())))
 
 
