@@ -172,6 +172,11 @@ def unsupported(geometry: ConvGeometry, dtype: torch.dtype) -> str | None:
     """Why no kernel here takes this convolution (None: one does)."""
     if dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn):
         return f"the TileLang conv kernels take fp16, bf16, fp32 and fp8 e4m3 inputs, not {dtype}"
+    return too_large(geometry)
+
+
+def too_large(geometry: ConvGeometry) -> str | None:
+    """Why the convolution's tensors are too large for the kernels' int32 indices (None: they fit)."""
     g = geometry
     sizes = (g.batch * math.prod(g.in_size) * g.in_channels, g.batch * math.prod(g.out_size) * g.out_channels,
              g.out_channels * g.in_channels // g.groups * math.prod(g.kernel))
@@ -220,7 +225,7 @@ def default_launch(p: Problem) -> ConvLaunch:
     splits = 1
     if k_tiles >= SPLIT_K_MIN_TILES and tiles < H200_SMS // 2 and g.groups == 1:
         splits = min(k_tiles // SPLIT_K_TILES_PER_SPLIT, -(-H200_SMS // tiles), MAX_SPLITS)
-        splits = -(-k_tiles // -(-k_tiles // splits)) if splits > 1 else 1  # no empty split
+        splits = no_empty_split(k_tiles, splits)
     per_split = -(-k_tiles // splits)
     return ConvLaunch("split_k" if splits > 1 else "gemm", block_M, block_N, block_K,
                       max(1, min(stages, per_split)), threads, splits)
@@ -243,6 +248,27 @@ def chosen_launch(p: Problem) -> ConvLaunch:
     return ConvLaunch(**tuned) if tuned else default_launch(p)
 
 
+def no_empty_split(k_tiles: int, splits: int) -> int:
+    """``splits`` or fewer, so that none of ceil(k_tiles / splits)-tile ranges is empty."""
+    return -(-k_tiles // -(-k_tiles // splits)) if splits > 1 else 1
+
+
+def gemm_variants(block_K: int, k_tiles: int, wide: bool, splittable: bool) -> list[ConvLaunch]:
+    """The GEMM launches tuning tries beside a rule's for ``k_tiles`` K tiles of ``block_K``: three
+    tile shapes, 128 x 256 where the GEMM is ``wide`` (256+ columns), split-K into 2, 4 and 8 where
+    K is deep and the GEMM ``splittable`` (one group)."""
+    stages, deep = max(1, min(3, k_tiles)), max(1, min(4, k_tiles))
+    variants = [ConvLaunch("gemm", 64, 128, block_K, deep, 256, 1), ConvLaunch("gemm", 128, 128, block_K, stages, 256, 1),
+                ConvLaunch("gemm", 64, 64, block_K, deep, 128, 1)]
+    if wide:
+        variants.append(ConvLaunch("gemm", 128, 256, block_K, stages, 256, 1))
+    if splittable and k_tiles >= SPLIT_K_VARIANT_MIN_TILES:
+        for splits in dict.fromkeys(no_empty_split(k_tiles, s) for s in (2, 4, 8)):
+            per_split = -(-k_tiles // splits)
+            variants.append(ConvLaunch("split_k", 64, 128, block_K, max(1, min(4, per_split)), 256, splits))
+    return variants
+
+
 def launch_variants(p: Problem) -> list[dict]:
     """Launch configs to tune among, the chosen one first, the rule's among them."""
     first = default_launch(p)
@@ -253,18 +279,7 @@ def launch_variants(p: Problem) -> list[dict]:
             variants.append(ConvLaunch("gemm", 64, 32, gemm_block_K(p), 2, 128, 1))
     else:
         block_K, k_tiles = first.block_K, -(-p.k // first.block_K)
-        stages = max(1, min(3, k_tiles))
-        variants += [
-            ConvLaunch("gemm", 64, 128, block_K, max(1, min(4, k_tiles)), 256, 1),
-            ConvLaunch("gemm", 128, 128, block_K, stages, 256, 1),
-            ConvLaunch("gemm", 64, 64, block_K, max(1, min(4, k_tiles)), 128, 1),
-        ]
-        if p.og >= 256:
-            variants.append(ConvLaunch("gemm", 128, 256, block_K, stages, 256, 1))
-        if k_tiles >= SPLIT_K_VARIANT_MIN_TILES and p.geometry.groups == 1:
-            for splits in (2, 4, 8):
-                per_split = -(-k_tiles // splits)
-                variants.append(ConvLaunch("split_k", 64, 128, block_K, max(1, min(4, per_split)), 256, splits))
+        variants += gemm_variants(block_K, k_tiles, wide=p.og >= 256, splittable=p.geometry.groups == 1)
         if p.cg % 32 == 0 and block_K != 32 and p.dtype.itemsize == 2:  # the aligned form, narrower tiles
             variants.append(ConvLaunch("gemm", 64, 128, 32, max(1, min(4, -(-p.k // 32))), 256, 1))
     unique = list(dict.fromkeys(variants))
@@ -421,6 +436,35 @@ def _epilogue(p: Problem, value, column, Bias, XS, WS):
     return value
 
 
+def ordered_sum(splits: int, rows, cols: int, finish):
+    """The second kernel of a split-K GEMM, as a macro ``reduce(Work, Out, *extra)`` of three
+    ``extra`` buffers (or None): the ``splits`` fp32 partials in ``Work[splits, rows, cols]`` of each
+    output summed in index order (the same bits every run: no atomics, no order left to the
+    scheduler), then ``Out[row, col] = finish(total, col, *extra)`` (the epilogue: its cast, bias,
+    scales)."""
+    import tilelang.language as T
+
+    r_cols = min(128, 1 << max(2, (cols - 1).bit_length()))  # whole 16-byte fp32 vectors along a row
+    r_rows = max(1, REDUCE_ELEMENTS // r_cols)
+
+    @T.macro
+    def reduce(Work, Out, A, B, C):
+        with T.Kernel(T.ceildiv(cols, r_cols), T.ceildiv(rows, r_rows), threads=256) as (cx, cy):
+            total = T.alloc_fragment((r_rows, r_cols), F32)
+            for i, j in T.Parallel(r_rows, r_cols):  # not T.clear: the CPU target fills no fragment
+                total[i, j] = 0
+            for s in T.serial(splits):  # a fixed order: deterministic
+                for i, j in T.Parallel(r_rows, r_cols):
+                    total[i, j] += T.if_then_else(
+                        cy * r_rows + i < rows and cx * r_cols + j < cols,
+                        Work[s, T.min(cy * r_rows + i, rows - 1), T.min(cx * r_cols + j, cols - 1)], T.float32(0))
+            for i, j in T.Parallel(r_rows, r_cols):
+                if cy * r_rows + i < rows and cx * r_cols + j < cols:
+                    Out[cy * r_rows + i, cx * r_cols + j] = finish(total[i, j], cx * r_cols + j, A, B, C)
+
+    return reduce
+
+
 def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> KernelSpec:
     """The implicit GEMM (``splits`` == 1) or its split-K form with a fixed-order reduction.
     ``portable``: the tile product as plain loops instead of ``T.gemm``, which TileLang's CPU target
@@ -441,9 +485,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     tail = split and per_split * splits > k_tiles
     if split and groups != 1:
         raise ValueError("split-K takes ungrouped convolutions")
-    # The reduction's tile: whole 16-byte vectors of fp32 along C_out where it allows.
-    r_cols = min(128, 1 << max(2, (C_out - 1).bit_length()))
-    r_rows = max(1, REDUCE_ELEMENTS // r_cols)
+    reduce = ordered_sum(splits, M, C_out, lambda total, c, Bias, XS, WS: T.Cast(ot, _epilogue(p, total, c, Bias, XS, WS)))
 
     def _k_tile(bz, ko):
         """The K tile of pipeline step ``ko`` of the block in grid row ``bz``."""
@@ -499,17 +541,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
                     if by * bM + i < M and bx * bN + j < Og:
                         Y[by * bM + i, _group(bz) * Og + bx * bN + j] = C_s[i, j]
         if split:
-            with T.Kernel(T.ceildiv(C_out, r_cols), T.ceildiv(M, r_rows), threads=256) as (cx, cy):
-                total = T.alloc_fragment((r_rows, r_cols), F32)
-                zero(total)
-                for s in T.serial(splits):  # a fixed order: deterministic
-                    for i, j in T.Parallel(r_rows, r_cols):
-                        m, c = cy * r_rows + i, cx * r_cols + j
-                        total[i, j] += T.if_then_else(m < M and c < C_out, Work[s, T.min(m, M - 1), T.min(c, C_out - 1)], T.float32(0))
-                for i, j in T.Parallel(r_rows, r_cols):
-                    m, c = cy * r_rows + i, cx * r_cols + j
-                    if m < M and c < C_out:
-                        Y[m, c] = T.Cast(ot, _epilogue(p, total[i, j], c, Bias, XS, WS))
+            reduce(Work, Y, Bias, XS, WS)
 
     prim_func = _prim_func(p, config, body, sizes)
     return _spec(p, config, prim_func, {"k_tiles": k_tiles, "aligned": aligned})

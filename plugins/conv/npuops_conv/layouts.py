@@ -46,17 +46,18 @@ class ChannelsLastCache:
         return copy
 
 
-def channels_last_kernel(kernel: Callable[..., torch.Tensor]) -> Callable[..., Any]:
+def channels_last_kernel(kernel: Callable[..., Any]) -> Callable[..., Any]:
     """A kernel of channels-last tensors (input [N, *spatial, C_in], weight [C_out, *kernel, C_in /
-    groups], output [N, *spatial_out, C_out]) as the op's callable of NC[D]HW tensors: inputs
-    converted once each (untimed, see :class:`ChannelsLastCache`) and passed channels last, the
-    output returned as the NC[D]HW view of what the kernel wrote (channels-last strides, no copy).
-    Its ``config`` (recorded with each row) names the layout."""
+    groups], output [N, *spatial_out, C_out], or the gradients') as the op's callable of NC[D]HW
+    tensors: inputs converted once each (untimed, see :class:`ChannelsLastCache`) and passed
+    channels last, each output (one or a tuple) returned as the NC[D]HW view of what the kernel
+    wrote (channels-last strides, no copy). Its ``config`` (recorded with each row) names the
+    layout."""
     cache = ChannelsLastCache()
 
-    def channels_last_conv(**inputs: torch.Tensor) -> torch.Tensor:
-        given = {name: _channels_inner(cache.get(name, tensor)) for name, tensor in inputs.items()}
-        return kernel(**given).movedim(-1, 1)
+    def channels_last_conv(**inputs: torch.Tensor) -> Any:
+        result = kernel(**{name: _channels_inner(cache.get(name, tensor)) for name, tensor in inputs.items()})
+        return tuple(_channels_first(t) for t in result) if isinstance(result, tuple) else _channels_first(result)
 
     channels_last_conv.config = {**getattr(kernel, "config", {}), "layout": "channels-last"}
     return channels_last_conv
@@ -64,3 +65,7 @@ def channels_last_kernel(kernel: Callable[..., torch.Tensor]) -> Callable[..., A
 
 def _channels_inner(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.movedim(1, -1) if tensor.dim() >= 3 else tensor
+
+
+def _channels_first(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.movedim(-1, 1) if tensor.dim() >= 3 else tensor

@@ -366,3 +366,29 @@ def moments_reducer(threads: int, length: int, itemsize: int, cluster: int = 1, 
                     merge(mean, m2, delta, g, b * length, exchange[0, 1, b], exchange[1, 1, b], length)
 
     return reduce
+
+
+def tree_reducer(threads: int, slots: int = 1):
+    """A macro ``reduce(red, at)``: with ``red`` a shared f32 buffer of shape (stages, slots,
+    threads) in which every thread t has stored its partial sums ``red[at, s, t]``, leaves the
+    block's sum of each slot s in ``red[at, s, 0]`` (read it after the macro: TileLang puts the
+    barrier before the read). A pairwise tree in shared memory, log2(threads) barriers, in one
+    fixed order (the same bits run to run); tile-level only, so a kernel using it also builds and
+    runs on TileLang's CPU target (the warp shuffles of :func:`block_reducer` do not). ``at``
+    picks one of the buffer's stages: a kernel reducing in a loop alternates two, so that no
+    thread overwrites a stage others still read (the tree's barriers separate the uses of one).
+    ``threads``: a power of two."""
+    import tilelang.language as T
+
+    assert threads & (threads - 1) == 0, "the tree takes a power-of-two thread count"
+    strides = tuple(threads >> (level + 1) for level in range(threads.bit_length() - 1))
+
+    @T.macro
+    def reduce(red, at):
+        for stride in strides:  # a tuple: unrolled by TileLang's builder, a barrier between steps
+            for t in T.Parallel(threads):  # the whole block (TileLang keeps the barrier before it)
+                if t < stride:
+                    for s in T.unroll(slots):
+                        red[at, s, t] = red[at, s, t] + red[at, s, t + stride]
+
+    return reduce

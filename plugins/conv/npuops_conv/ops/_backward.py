@@ -43,3 +43,67 @@ def convolution_backward(g: ConvGeometry, output_mask: tuple[bool, bool, bool]) 
 def shape_only(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     """A stand-in of ``shape`` that allocates one element (convolution_backward reads only its size)."""
     return like.new_empty(1).expand(shape)
+
+
+# -- our kernels (npuops_conv.conv_grad_kernel) ----------------------------------------------------
+
+class DataGradientKernel:
+    """The kernel interface of the ops that compute a convolution's data gradient (Conv2dDgrad, and
+    Conv2dTranspose, its adjoint form): ``conv_grad_kernel.dgrad_kernel`` over the forward
+    geometry. ``kernel_inputs``: the op's names of dy and the weight; ``kernel_bias``: whether the
+    workload's bias is added to the output (the transpose's; C_in channels)."""
+
+    kernel_inputs: tuple[str, str] = ("grad_output", "weight")
+    kernel_description = ("TileLang implicit GEMM over grad_output with the transposed weight on tensor cores, "
+                          "stride phases (no zero insertion), split-K where K is deep; direct for depthwise; "
+                          "channels-last inputs, converted untimed")
+
+    def kernel_bias(self, w) -> bool:
+        return False
+
+    def kernel_unsupported(self, w):
+        from ..conv_grad_kernel import unsupported
+
+        return unsupported(self.geometry(w), w.dtype_of("input"))
+
+    def tilelang_variants(self, w):
+        from ..conv_grad_kernel import Grad, dgrad_variants
+        from ..conv_kernel import Problem
+
+        return dgrad_variants(Grad(Problem(self.geometry(w), w.dtype_of("input")), self.kernel_bias(w)))
+
+    def tilelang_build(self, w, device, config=None):
+        from ..conv_grad_kernel import dgrad_kernel
+        from ..layouts import channels_last_kernel
+
+        spec = dgrad_kernel(self.geometry(w), w.dtype_of("input"), self.kernel_bias(w), self.kernel_inputs,
+                            **(config or {}))
+        return channels_last_kernel(spec.compile(device))
+
+
+class WeightGradientKernel:
+    """The kernel interface of Conv2dWgrad: ``conv_grad_kernel.wgrad_kernel`` (weight gradient by
+    deterministic split-K, bias gradient by an ordered column sum)."""
+
+    kernel_description = ("TileLang GEMM over output positions (deterministic split-K, ordered reduction) on "
+                          "tensor cores, ordered bias column sums, direct for depthwise; channels-last inputs, "
+                          "converted untimed")
+
+    def kernel_unsupported(self, w):
+        from ..conv_grad_kernel import unsupported
+
+        return unsupported(self.geometry(w), w.dtype_of("input"))
+
+    def tilelang_variants(self, w):
+        from ..conv_grad_kernel import Grad, wgrad_variants
+        from ..conv_kernel import Problem
+
+        g = self.geometry(w)
+        return wgrad_variants(Grad(Problem(g, w.dtype_of("input")), g.bias))
+
+    def tilelang_build(self, w, device, config=None):
+        from ..conv_grad_kernel import wgrad_kernel
+        from ..layouts import channels_last_kernel
+
+        spec = wgrad_kernel(self.geometry(w), w.dtype_of("input"), **(config or {}))
+        return channels_last_kernel(spec.compile(device))

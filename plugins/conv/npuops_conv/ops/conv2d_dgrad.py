@@ -1,10 +1,17 @@
 """Conv2dDgrad."""
 
-from ._backward import ConvGradientOp, convolution_backward, shape_only
+from npuops import KernelOp
+
+from ._backward import (
+    ConvGradientOp,
+    DataGradientKernel,
+    convolution_backward,
+    shape_only,
+)
 from ._conv_op import TensorSpec, kaiming_std
 
 
-class Conv2dDgrad(ConvGradientOp):
+class Conv2dDgrad(DataGradientKernel, ConvGradientOp, KernelOp):
     """Gradient of y = conv2d(x, weight) with respect to x: grad_input [N, C_in, H, W] from
     ``grad_output`` [N, C_out, H_out, W_out] and ``weight`` [C_out, C_in/groups, kH, kW]; output in
     the input dtype. PyTorch formulation: ``aten.convolution_backward`` with output_mask
@@ -14,7 +21,9 @@ class Conv2dDgrad(ConvGradientOp):
     grad_input), the params are the forward conv's. A bias does not change the input gradient:
     bias workloads are kept as stated (their bias shape is checked) and compute the same thing.
     Inputs: grad_output ~ N(0, 1), weight ~ N(0, 1/fan_out) (Kaiming fan-out, torchvision's ResNet
-    init), so grad_input is O(1)."""
+    init), so grad_input is O(1).
+
+    Our kernel: ``conv_grad_kernel.dgrad_kernel`` (channels-last grad_output and weight)."""
 
     name = "Conv2dDgrad"
     summary = "conv2d backward: gradient w.r.t. the input"

@@ -1,16 +1,25 @@
 """Conv2dTranspose."""
 
 import torch.nn.functional as F
+from npuops import KernelOp, Param
 
-from npuops import Param
-
+from ._backward import DataGradientKernel
 from ._conv_op import BIAS_STD, ConvOp, TensorSpec, kaiming_std
-from ._geometry import BIAS, DILATION, GROUPS, LAYOUT_2D, PADDING, STRIDE, kernel_params, transpose_geometry
+from ._geometry import (
+    BIAS,
+    DILATION,
+    GROUPS,
+    LAYOUT_2D,
+    PADDING,
+    STRIDE,
+    kernel_params,
+    transpose_geometry,
+)
 
 _INT = (int,)
 
 
-class Conv2dTranspose(ConvOp):
+class Conv2dTranspose(DataGradientKernel, ConvOp, KernelOp):
     """y = F.conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups,
     dilation): the adjoint of a forward conv2d (plus bias), output in the input dtype.
 
@@ -27,7 +36,10 @@ class Conv2dTranspose(ConvOp):
     labels without a "-bias" sibling take that C_out directly: deeplabv3-aspp 256,
     mobilenetv2-depthwise 32 (groups 32), resnext-grouped 256. Inputs: input ~ N(0, 1), weight
     ~ N(0, 1/(C_out/groups*kH*kW)) (Kaiming over the products an output sums at stride 1),
-    bias ~ N(0, 0.1²), so outputs are O(1)."""
+    bias ~ N(0, 0.1²), so outputs are O(1).
+
+    Our kernel: the data gradient of the forward conv (``conv_grad_kernel.dgrad_kernel``, the same
+    computation), plus the bias over C_in in its epilogue; channels-last input and weight."""
 
     name = "Conv2dTranspose"
     summary = "2-d transposed convolution (PyTorch F.conv_transpose2d)"
@@ -50,6 +62,10 @@ class Conv2dTranspose(ConvOp):
     }
     required_tensors = ("input",)
     optional_tensors = ("weight", "bias")
+    kernel_inputs = ("input", "weight")
+
+    def kernel_bias(self, w):
+        return self.geometry(w).bias
 
     def resolve_geometry(self, where, w, cfg):
         return transpose_geometry(where, w, cfg, self.layout)

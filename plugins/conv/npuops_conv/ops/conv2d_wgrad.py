@@ -2,13 +2,18 @@
 
 import math
 
-from npuops import Tolerance
+from npuops import KernelOp, Tolerance
 
-from ._backward import ConvGradientOp, convolution_backward, shape_only
+from ._backward import (
+    ConvGradientOp,
+    WeightGradientKernel,
+    convolution_backward,
+    shape_only,
+)
 from ._conv_op import TensorSpec, kaiming_std
 
 
-class Conv2dWgrad(ConvGradientOp):
+class Conv2dWgrad(WeightGradientKernel, ConvGradientOp, KernelOp):
     """Gradient of y = conv2d(input, weight) (+ bias) with respect to the weight (and the bias):
     from ``input`` [N, C_in, H, W] and ``grad_output`` [N, C_out, H_out, W_out], grad_weight
     [C_out, C_in/groups, kH, kW] = sum over batch and output pixels of grad_output x input window;
@@ -25,7 +30,10 @@ class Conv2dWgrad(ConvGradientOp):
     ten times f16 rounding and 3.4x the default tolerance, as if part of the reduction were
     accumulated in f16. That is what autograd gives every f16 PyTorch user; 3e-2 admits it at 0.7
     of the bound and still fails any wrong tap or index (errors of order 100%). bf16 stays within
-    0.16 of its default."""
+    0.16 of its default.
+
+    Our kernel: ``conv_grad_kernel.wgrad_kernel`` (channels-last input and grad_output; the weight
+    gradient returned as the [C_out, C_in/groups, kH, kW] view of a channels-last tensor)."""
 
     name = "Conv2dWgrad"
     summary = "conv2d backward: gradient w.r.t. the weight (and bias)"

@@ -4,7 +4,9 @@ import math
 
 from npuops import Param, WorkloadError
 
-from ._stat_norm import EPS, StatNormOp, check_optional_pair, check_x_rank
+import torch
+
+from ._stat_norm import EPS, ChannelKernelOp, check_optional_pair, check_x_rank, optional_dtype, spatial_size
 
 
 def group_norm_dims(shape) -> tuple[int, int, int]:
@@ -12,7 +14,7 @@ def group_norm_dims(shape) -> tuple[int, int, int]:
     return shape[0], shape[1], math.prod(shape[2:])
 
 
-class GroupNormOp(StatNormOp):
+class GroupNormOp(ChannelKernelOp):
     required_tensors = ("x",)
     optional_tensors = ("weight", "bias")
     params = {
@@ -28,3 +30,16 @@ class GroupNormOp(StatNormOp):
         if groups < 1 or c % groups:
             raise WorkloadError(f"{self.name} {w.id}: param 'num_groups' = {groups} must be >= 1 and divide C = {c}")
         check_optional_pair(self, w, ("weight", "bias"), "affine", cfg["affine"])
+
+    def channel_norm(self, w):
+        from ..channel_kernel import ChannelNorm
+
+        cfg = self.config(w)
+        n, c = w.shapes["x"][:2]
+        x_dtype = w.dtype_of("x")
+        weight_dtype = optional_dtype(w, "weight", x_dtype)
+        # native_group_norm's saved statistics: f32 only for f32 parameters beside 16-bit x.
+        stat_dtype = torch.float32 if cfg["affine"] and weight_dtype == torch.float32 else x_dtype
+        return ChannelNorm("group", "backward" if self.name.endswith("Bwd") else "train", n, c, spatial_size(w),
+                           x_dtype, groups=cfg["num_groups"], affine=cfg["affine"], param_dtype=weight_dtype,
+                           stat_dtype=stat_dtype, eps=cfg["eps"])

@@ -2,7 +2,9 @@
 
 from npuops import Param
 
-from ._stat_norm import EPS, StatNormOp, check_optional_pair, check_x_rank
+import torch
+
+from ._stat_norm import EPS, ChannelKernelOp, check_optional_pair, check_x_rank, optional_dtype, spatial_size
 
 
 def as_batch_norm_shape(shape) -> tuple[int, ...]:
@@ -11,7 +13,7 @@ def as_batch_norm_shape(shape) -> tuple[int, ...]:
     return (1, n * c, *spatial)
 
 
-class InstanceNormOp(StatNormOp):
+class InstanceNormOp(ChannelKernelOp):
     required_tensors = ("x",)
     optional_tensors = ("weight", "bias", "running_mean", "running_var")
     params = {
@@ -26,3 +28,16 @@ class InstanceNormOp(StatNormOp):
         check_x_rank(self, w, 3, "[N, C, *spatial]")
         check_optional_pair(self, w, ("weight", "bias"), "affine", cfg["affine"])
         check_optional_pair(self, w, ("running_mean", "running_var"), "running_stats", cfg["running_stats"])
+
+    def channel_norm(self, w):
+        from ..channel_kernel import ChannelNorm
+
+        cfg = self.config(w)
+        n, c = w.shapes["x"][:2]
+        x_dtype = w.dtype_of("x")
+        backward = self.name.endswith("Bwd")
+        return ChannelNorm("instance", "backward" if backward else "train", n, c, spatial_size(w), x_dtype,
+                           affine=cfg["affine"], param_dtype=optional_dtype(w, "weight", x_dtype),
+                           stat_dtype=torch.float32, running=cfg["running_stats"] and not backward,
+                           running_dtype=optional_dtype(w, "running_mean", torch.float32), eps=cfg["eps"],
+                           momentum=cfg.get("momentum", 0.1))

@@ -1,5 +1,7 @@
 """Shared spec pieces of the row-wise norms' backward ops (x: [*rows, *normalized_shape])."""
 
+import math
+
 from npuops import Param, WorkloadError
 
 from ._stat_norm import StatNormOp, activations, affine_weight, gradients
@@ -7,6 +9,9 @@ from ._stat_norm import StatNormOp, activations, affine_weight, gradients
 
 class RowwiseBackwardOp(StatNormOp):
     required_tensors = ("x",)
+    stat = ""  # the backward kernel's statistic: "rms" or "meanvar" (backward_kernel.RowBackward)
+    kernel_description = ("TileLang backward row kernel: grad x one pass a row, weight (and bias) "
+                          "gradients as per-block column sums, then a fixed-order sum")
     params = {
         "normalized_shape": Param(None, "the normalized trailing dims of x (default: the last dim)", types=(tuple,)),
     }
@@ -35,3 +40,32 @@ class RowwiseBackwardOp(StatNormOp):
             "x": activations(rng, x_shape, dtype),
             "weight": affine_weight(rng, self.normalized_shape(w), dtype),
         }
+
+    def row_backward(self, w):
+        from ..backward_kernel import RowBackward
+
+        hidden = math.prod(self.normalized_shape(w))
+        return RowBackward(self.stat, math.prod(w.shapes["x"]) // hidden, hidden, w.dtype_of("x"))
+
+    def kernel_unsupported(self, w):
+        from ..backward_kernel import unsupported
+
+        return unsupported(self.row_backward(w))
+
+    def kernel_key(self, w):
+        return self.row_backward(w)
+
+    def tilelang_variants(self, w):
+        from ..backward_kernel import launch_variants
+
+        return launch_variants(self.row_backward(w))
+
+    def kernel_callable(self, w, device, config=None, target=None):
+        """fn(**inputs) -> the op's outputs, from the kernels built for ``target`` (the GPU's by default)."""
+        from ..backward_kernel import build_row_backward
+
+        return build_row_backward(self.row_backward(w), self.normalized_shape(w), device, target=target,
+                                  **(config or {}))
+
+    def tilelang_build(self, w, device, config=None):
+        return self.kernel_callable(w, device, config)

@@ -10,7 +10,7 @@ import math
 from typing import ClassVar
 
 import torch
-from npuops import Cost, InputRNG, Op, Param, WorkloadError
+from npuops import Cost, InputRNG, KernelOp, Op, Param, WorkloadError
 
 from ._rowwise import at_least_f32
 
@@ -67,8 +67,11 @@ def _as_tuple(out) -> tuple[torch.Tensor, ...]:
     return tuple(out) if isinstance(out, tuple | list) else (out,)
 
 
-class StatNormOp(Op):
-    """Base: reference, output dtypes and memory from the core; bytes from its meta run."""
+class StatNormOp(KernelOp):
+    """Base: reference, output dtypes and memory from the core; bytes from its meta run. Each op
+    says what our TileLang kernels take of its workloads (``kernel_unsupported``) and builds them
+    (``tilelang_build``): the row-wise backward ops through backward_kernel, the channel norms
+    through channel_kernel."""
 
     family = "norm"
     # Useful FLOPs per element of x (each subclass states how it counts them).
@@ -79,6 +82,9 @@ class StatNormOp(Op):
 
     def cost(self, w):
         return Cost(bytes=self.io_bytes(w, self.unread_inputs), flops=self.flops_per_element * math.prod(w.shapes["x"]))
+
+    def kernel_unsupported(self, w):
+        return f"{self.name} has no TileLang kernel yet"
 
 
 def channels(w) -> int:
@@ -102,3 +108,49 @@ def check_optional_pair(op: Op, w, names: tuple[str, str], flag: str, enabled: b
             raise WorkloadError(
                 f"{op.name} {w.id}: shape of {name!r} {list(w.shapes[name])} must be [{c}] (x's channels)"
             )
+
+
+class ChannelKernelOp(StatNormOp):
+    """A channel norm (batch, instance or group norm) with our kernels (channel_kernel): the op
+    says what its workload is as a :class:`~npuops_norm.channel_kernel.ChannelNorm` and how the
+    kernels' results make its outputs (``kernel_outputs``)."""
+
+    kernel_description = ("TileLang channel-norm kernels: per-block partial sums, a fixed-order combine, "
+                          "an elementwise pass")
+
+    def channel_norm(self, w):
+        raise NotImplementedError
+
+    def kernel_unsupported(self, w):
+        from ..channel_kernel import unsupported
+
+        return unsupported(self.channel_norm(w))
+
+    def kernel_key(self, w):
+        return self.channel_norm(w)
+
+    def tilelang_variants(self, w):
+        from ..channel_kernel import launch_variants
+
+        return launch_variants(self.channel_norm(w))
+
+    def kernel_callable(self, w, device, config=None, target=None):
+        """fn(**inputs) -> the op's outputs, from the kernels built for ``target`` (the GPU's by default)."""
+        from ..channel_kernel import build_channel_norm
+
+        return self.kernel_outputs(w, build_channel_norm(self.channel_norm(w), device, target=target,
+                                                         **(config or {})))
+
+    def kernel_outputs(self, w, run):
+        return run
+
+    def tilelang_build(self, w, device, config=None):
+        return self.kernel_callable(w, device, config)
+
+
+def spatial_size(w) -> int:
+    return math.prod(w.shapes["x"][2:])
+
+
+def optional_dtype(w, name: str, default: torch.dtype) -> torch.dtype:
+    return w.dtype_of(name) if name in w.shapes else default

@@ -30,6 +30,14 @@ class BatchNormBwd(BatchNormOp):
     summary = "Backward of training-mode batch norm: grad input, weight and bias"
     params = {"eps": EPS}
     flops_per_element = 7
+    kernel_mode = "backward"
+
+    def kernel_outputs(self, w, run):
+        def batch_norm_backward(grad_out, x, weight, save_mean, save_invstd):
+            return run(grad_out, x, save_mean, save_invstd, weight)
+
+        batch_norm_backward.config = run.config
+        return batch_norm_backward
 
     def make_inputs(self, w, rng):
         inputs = self.affine_inputs(w, rng, with_bias=False)

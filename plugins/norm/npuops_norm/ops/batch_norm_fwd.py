@@ -32,6 +32,15 @@ class BatchNormFwd(BatchNormOp):
     summary = "Training-mode batch norm: y, saved mean/invstd, updated running stats"
     params = {"eps": EPS, "momentum": MOMENTUM}
     flops_per_element = 5
+    kernel_mode = "train"
+
+    def kernel_outputs(self, w, run):
+        def batch_norm_train(x, weight, bias, running_mean, running_var):
+            y, save_mean, save_invstd = run(x, weight, bias, running_mean, running_var)
+            return y, save_mean, save_invstd, running_mean, running_var
+
+        batch_norm_train.config = run.config
+        return batch_norm_train
 
     def make_inputs(self, w, rng):
         return {**self.affine_inputs(w, rng), **running_stats(rng, channels(w), PARAM_DTYPE)}

@@ -21,6 +21,7 @@ class BatchNormInferenceFwd(BatchNormOp):
     summary = "Inference-mode batch norm with running statistics"
     params = {"eps": EPS}
     flops_per_element = 2
+    kernel_mode = "eval"
 
     def make_inputs(self, w, rng):
         return {**self.affine_inputs(w, rng), **running_stats(rng, channels(w), PARAM_DTYPE)}

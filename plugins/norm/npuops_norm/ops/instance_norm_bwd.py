@@ -30,6 +30,13 @@ class InstanceNormBwd(InstanceNormOp):
     summary = "Backward of instance norm: grad input (and weight, bias when affine)"
     flops_per_element = 7
 
+    def kernel_outputs(self, w, run):
+        def instance_norm_backward(grad_out, x, save_mean, save_invstd, weight=None):
+            return run(grad_out, x, save_mean, save_invstd, weight)
+
+        instance_norm_backward.config = run.config
+        return instance_norm_backward
+
     def make_inputs(self, w, rng):
         cfg = self.config(w)
         x_shape, dtype = w.shapes["x"], w.dtype_of("x")

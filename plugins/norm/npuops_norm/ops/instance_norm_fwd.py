@@ -31,6 +31,14 @@ class InstanceNormFwd(InstanceNormOp):
     summary = "Instance norm with input statistics, optional affine and running statistics"
     params = {**InstanceNormOp.params, "momentum": MOMENTUM}
     flops_per_element = 5
+
+    def kernel_outputs(self, w, run):
+        def instance_norm(x, weight=None, bias=None, running_mean=None, running_var=None):
+            y = run(x, weight, bias, running_mean, running_var)[0]
+            return y if running_mean is None else (y, running_mean, running_var)
+
+        instance_norm.config = run.config
+        return instance_norm
     # The f32 outputs of 16-bit workloads are the running statistics, which aten::instance_norm
     # updates through copies in x's dtype (bf16 rounds them to ~0.4%).
     tolerances = {"f32": Tolerance(1e-2, 1e-2)}

@@ -33,6 +33,7 @@ class LayerNormBwd(RowwiseBackwardOp):
         **RowwiseBackwardOp.params,
         "eps": Param(1e-5, "added to the variance before the square root (PyTorch's default)", types=(float,)),
     }
+    stat = "meanvar"
     flops_per_element = 13
     unread_inputs = ("bias",)
 

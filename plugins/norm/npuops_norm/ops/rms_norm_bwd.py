@@ -42,6 +42,7 @@ class RMSNormBwd(RowwiseBackwardOp):
         **RowwiseBackwardOp.params,
         "eps": Param(1e-6, "added to the mean square before the square root (as RMSNormFwd)", types=(float,)),
     }
+    stat = "rms"
     flops_per_element = 9
 
     def make_inputs(self, w, rng):
