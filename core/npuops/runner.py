@@ -205,6 +205,7 @@ def autotuning_under(lock: contextlib.AbstractContextManager[Any]) -> Iterator[N
 
 
 WAITING_FOR_DEVICE = "waiting for the device lock"  # a task's stage that its timeout does not count
+START_UP_S = 60.0  # a worker's start-up the task's timeout does not count (beyond it, a hang there fails the task)
 
 
 class _DeviceLost(Exception):
@@ -396,8 +397,11 @@ class _Worker:
         self.stage, self.stage_since = stage, now
 
     def task_seconds(self) -> float:
-        """How long the task has run, waits for the device lock left out."""
+        """How long the task has run, waits for the device lock left out, and the worker's start-up
+        (spawning, importing torch and the plugins: seconds on a loaded machine) up to START_UP_S."""
         now = time.monotonic()
+        if self.stage == "start":
+            return max(0.0, now - self.started - START_UP_S)
         return now - self.started - (now - self.stage_since if self.stage == WAITING_FOR_DEVICE else 0.0)
 
 
