@@ -249,13 +249,32 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             console.print(f"[yellow]interrupted[/yellow]: finished rows are in {args.out}; rerun the same command to resume")
             return 130
     console.print(f"done: {counts['ok']} ok, {counts['wrong']} wrong, {counts['failed']} failed, "
-                  f"{counts['skipped']} skipped, {counts['resumed']} already in {args.out}. "
-                  f"`npuops report {args.out}` renders the tables.")
+                  f"{counts['skipped']} skipped, {counts['resumed']} already in {args.out}.")
     for row in runner.wrong:
         console.print(f"[red]wrong:[/red] {row['op']}/{row['workload']} {row['impl']} ({row['tier']}, "
                       f"{row['regime']}): {row.get('reason', '')}", highlight=False)
+    _run_summary(out, workloads, console)
+    console.print(f"`npuops report {args.out} --detail` shows every row; --op or --family picks some.", highlight=False)
     # A wrong kernel of ours fails the command; a wrong alternative is a finding about it.
     return 1 if any(row["tier"] == "ours" for row in runner.wrong) else 0
+
+
+def _run_summary(path: Path, workloads, console: Console) -> None:
+    """The report's summary (:mod:`npuops.summary`) of the rows of ``path`` for the workloads just
+    run, those resumed from earlier runs included."""
+    from .results import read_results
+    from .summary import render_summary_terminal
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a malformed line is named by `npuops report`
+        results = read_results(path)
+    keys = {(w.op, w.id) for w in workloads}
+    results.rows = [r for r in results.rows if (r["op"], r["workload"]) in keys]
+    runs = {r.get("run_id") for r in results.rows}
+    results.env = {run: env for run, env in results.env.items() if run in runs}
+    if results.rows:
+        console.print()
+        render_summary_terminal(results, console)
 
 
 # -- report ----------------------------------------------------------------------------------------
@@ -278,7 +297,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     if not results.rows:
         raise NpuopsError(f"results file {str(path)!r} holds no rows{' matching the filters' if families or ops else ''}")
     if args.format == "terminal":
-        report.render_terminal(results, console)
+        report.render_terminal(results, console, detail=bool(args.detail or families or ops))
         return 0
     render = {"markdown": report.render_markdown, "csv": report.render_csv, "json": report.render_json,
               "html": report.render_html}[args.format]
@@ -396,6 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", help="write to this file instead of stdout")
     p.add_argument("--family", action="append", help="only these families")
     p.add_argument("--op", action="append", help="only these ops")
+    p.add_argument("--detail", action="store_true",
+                   help="terminal: after the summary, a table per op and regime (--op and --family show them too)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("plugins", help="installed plugins, what each contributes, load errors")

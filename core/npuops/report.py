@@ -1,7 +1,11 @@
 """Reports from a results file: the seed's table per op, in five formats.
 
-Terminal, markdown and HTML reports open with a summary per op and regime: the geometric mean of
-the ratio, the slowest workload, how many workloads ours is behind on, and the geometric mean SOL.
+Terminal, markdown and HTML reports open with the first screen of :mod:`npuops.summary` (per family
+and op: ours' coverage, geomean and worst ratio per regime, SOL, skipped rows by reason, wrong and
+failed rows named); the terminal shows the per-op tables only when asked (``render_terminal``'s
+``detail``: ``npuops report --detail``, ``--op``, ``--family``). Markdown and HTML then give the
+summary per op and regime (the geometric mean of the ratio, the slowest workload, how many
+workloads ours is behind on, and the geometric mean SOL) and every table.
 
 Per op and regime, one line per workload: Ratio (fastest alternative / ours, same regime, same
 run), ours' device time, every alternative with its time (each with its kernel and call time where
@@ -292,14 +296,22 @@ def alternative_cells(e: Entry) -> list[tuple[str, str]]:
     return cells
 
 
+def _figure(value: float) -> str:
+    """Three significant digits at most, never rounded to 0: 1234, 12.3, 0.123, 0.00123."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def throughput_text(e: Entry) -> str:
+    """The subject row's bytes or FLOPs per second, by what bounds it; "·" where nothing was timed,
+    and where the run knew no device limits (a CPU run not calibrated): without them the bound, and
+    so the figure that matters, is unknown."""
     m = e.metrics
-    if not m:
+    if not m or not e.limits:
         return "·"
     mark = "" if e.ours else "†"
     if m.get("bound") == "compute" and m.get("tflops"):
-        return f"{m['tflops']:.1f} TFLOP/s{mark}"
-    return f"{m['gbps']:.0f} GB/s{mark}" if m.get("gbps") else "·"
+        return f"{_figure(m['tflops'])} TFLOP/s{mark}"
+    return f"{_figure(m['gbps'])} GB/s{mark}" if m.get("gbps") else "·"
 
 
 def sol_text(e: Entry) -> str:
@@ -357,41 +369,99 @@ HEADERS = ("Workload", "Ratio alt/ours", "Device time ms", "Alternatives (name �
 
 # -- formats ---------------------------------------------------------------------------------------
 
-def render_terminal(results: Results, console: Any) -> None:
+def render_terminal(results: Results, console: Any, detail: bool = True) -> None:
+    """The summary (:mod:`npuops.summary`), then with ``detail`` a table per op and regime, fitted to
+    the console's width: names and numbers never wrap mid-word, and the reasons rows were skipped,
+    wrong or failed are numbered notes below each table rather than sentences folded into a cell."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
+
+    from .summary import render_summary_terminal
 
     def esc(text: str) -> str:
         return escape(plain(text))
 
-    for line in _env_lines(results):
+    all_entries = build_entries(results)
+    render_summary_terminal(results, console, all_entries)
+    if not detail:
+        return
+    for line in _env_lines(results)[3:]:  # the summary showed the first three
         console.print(f"[dim]{esc(line)}[/dim]")
     colors = {"faster": "green", "slower": "red", "level": "", "none": ""}
-    all_entries = build_entries(results)
-    summaries = summarize(all_entries)
-    if summaries:
-        table = Table(title="ours against the fastest alternative, per op", title_justify="left")
-        for h in SUMMARY_HEADERS:
-            table.add_column(h, overflow="fold")
-        for summary in summaries:
-            style = colors[ratio_class(summary.geomean_ratio)]
-            cells = [esc(c) for c in summary_cells(summary)]
+    notes: dict[str, int] = {}  # reason -> its number, the same in every table
+    for (family, op, regime), entries in _grouped(all_entries).items():
+        rows, used = [], []
+        for e in entries:
+            alts = []
+            for name, text, reason in _alternative_notes(e):
+                if reason is not None:
+                    number = notes.setdefault(reason, len(notes) + 1)
+                    used += [reason] if reason not in used else []
+                    text = f"{text} [{number}]"
+                alts.append(plain(f"{name}: {text}"))
+            rows.append((e, [plain(f"{e.workload} {e.label} {e.dtype}"), ratio_text(e), plain(ours_text(e)),
+                             "\n".join(alts), throughput_text(e), sol_text(e), e.metrics.get("bound") or "·"]))
+        table = Table(title=esc(f"{family} · {op} · {regime}"), title_justify="left", box=box.SIMPLE_HEAD,
+                      show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+        between = 2 * (len(TERMINAL_HEADERS) - 1)  # a pad and a divider between columns
+        widths = _fit_widths(TERMINAL_HEADERS, [cells for _, cells in rows], console.width - between)
+        for header, width in zip(TERMINAL_HEADERS, widths):
+            table.add_column(header, width=width, overflow="fold")
+        for e, cells in rows:
+            style = colors[ratio_class(e.ratio)]
+            cells = [escape(c) for c in cells]
             if style:
-                cells[3] = f"[{style}]{cells[3]}[/{style}]"
+                cells[1] = f"[{style}]{cells[1]}[/{style}]"
             table.add_row(*cells)
         console.print(table)
-    for (family, op, regime), entries in _grouped(all_entries).items():
-        table = Table(title=esc(f"{family} · {op} · {regime}"), title_justify="left", show_lines=False)
-        for h in HEADERS:
-            table.add_column(h, overflow="fold")
-        for e in entries:
-            style = colors[ratio_class(e.ratio)]
-            ratio = f"[{style}]{ratio_text(e)}[/{style}]" if style else ratio_text(e)
-            alts = "\n".join(esc(f"{n}: {t}") for n, t in alternative_cells(e))
-            table.add_row(esc(f"{e.workload} {e.label} {e.dtype}"), ratio, ours_text(e), alts, throughput_text(e),
-                          sol_text(e), e.metrics.get("bound") or "·")
-        console.print(table)
+        for reason in sorted(used, key=notes.get):
+            console.print(esc(f"  [{notes[reason]}] {reason}"), highlight=False)
     console.print(f"[dim]{footnote(all_entries)}[/dim]")
+
+
+# The per-op table's columns in the terminal, headers on two lines so that the cells set the widths.
+TERMINAL_HEADERS = ("Workload", "Ratio\nalt/ours", "Device\ntime ms", "Alternatives\n(name · tier: ms)",
+                    "Through-\nput", "SOL", "Bound")
+ALTERNATIVES = 3  # the column of TERMINAL_HEADERS that gives up width first and last
+
+
+def _fit_widths(headers: Iterable[str], rows: list[list[str]], available: int) -> list[int]:
+    """Column widths for ``rows`` within ``available`` characters, each column's widest line where
+    they fit. Else the workload gives up width down to 16, the alternatives down to 40, then the
+    other columns (the workload last) down to their longest word (so that a line wraps between words, never
+    inside one), then the alternatives down to 16; past that, the widest column gives up one at a
+    time."""
+    from rich.cells import cell_len
+
+    columns = [[h, *(r[i] for r in rows)] for i, h in enumerate(headers)]
+    natural = [max(cell_len(line) for text in col for line in text.split("\n")) for col in columns]
+    words = [max((cell_len(word) for text in col for word in text.split()), default=1) for col in columns]
+    others = [2, 1, 5, 4, 6, 0]  # device time, ratio, SOL, throughput, bound, workload
+    steps = [(0, max(words[0], 16)), (ALTERNATIVES, 40)] + [(i, words[i]) for i in others] + [(ALTERNATIVES, 16)]
+    widths = list(natural)
+    for i, floor in steps:
+        excess = sum(widths) - available
+        if excess <= 0:
+            return widths
+        widths[i] -= max(0, min(excess, widths[i] - floor))
+    while sum(widths) > available and max(widths) > 4:
+        widths[widths.index(max(widths))] -= 1
+    return widths
+
+
+def _alternative_notes(e: Entry) -> list[tuple[str, str, str | None]]:
+    """:func:`alternative_cells` with a row's reason apart: (name, time or status, reason or None)."""
+    cells = []
+    for row in e.rows:
+        if e.ours is not None and row is e.ours:
+            continue
+        name = row["impl"] if row["impl"] == row["tier"] else f"{row['impl']} · {row['tier']}"
+        if row["status"] == "ok":
+            cells.append((name, time_text(row), None))
+        else:
+            cells.append((name, row["status"], str(row.get("reason") or "no reason given")))
+    return cells
 
 
 def render_markdown(results: Results) -> str:
@@ -401,6 +471,9 @@ def render_markdown(results: Results) -> str:
     for line in _env_lines(results):
         out.write(f"- {esc(line)}\n")
     all_entries = build_entries(results)
+    from .summary import summary_markdown
+
+    out.write("\n" + summary_markdown(results, all_entries))
     out.write(f"\n{footnote(all_entries)}\n")
     summaries = summarize(all_entries)
     if summaries:
@@ -460,6 +533,9 @@ def render_html(results: Results) -> str:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>npuops results</title>",
              f"<style>{_CSS}</style></head><body><h1>npuops results</h1>"]
     parts += [f"<p class='env'>{esc(line)}</p>" for line in _env_lines(results)]
+    from .summary import summary_html
+
+    parts.append(summary_html(results, all_entries))
     parts.append(f"<p class='env'>Green: faster than the best alternative; red: slower; plain: within {LEVEL:.0%}. "
                  f"Times in ms (median device time). {esc(footnote(all_entries))}</p>")
     summaries = summarize(all_entries)
