@@ -308,3 +308,21 @@ def test_call_time_counts_the_longer_of_host_cost_and_device_time():
     assert 2.0 <= device_bound.median_ms and device_bound.min_ms < 2.2
     host_bound = call_time(launcher(device, 0.002, 0.0002), device, FAST)
     assert 2.0 <= host_bound.median_ms and host_bound.min_ms < 3.0
+
+
+def test_a_worker_s_start_up_does_not_count_against_its_task_s_timeout(monkeypatch):
+    from pytest import approx
+
+    from npuops import runner
+
+    clock = [100.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: clock[0])
+    worker = runner._Worker(0, None, None, None)
+    worker.take(runner.Task("ToyScaleFwd", None, "toy_ours", ("eager",)))
+    clock[0] += 30.0  # still importing torch and the plugins
+    assert worker.task_seconds() == 0.0
+    clock[0] += runner.START_UP_S  # a start-up that hangs still ends
+    assert worker.task_seconds() == approx(30.0)
+    worker.enter("build")
+    clock[0] += 2.0
+    assert worker.task_seconds() == approx(2.0)  # the task's own time counts from its first stage
