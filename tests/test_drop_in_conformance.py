@@ -47,6 +47,7 @@ ENTRIES = {
     "nn.functional.conv1d": ("npuops_conv", "conv1d"),
     "nn.functional.conv2d": ("npuops_conv", "conv2d"),
     "nn.functional.conv3d": ("npuops_conv", "conv3d"),
+    "nn.functional.conv_transpose2d": ("npuops_conv", "conv_transpose2d"),
 }
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 GRAD_DTYPES = (torch.float32, torch.float64)

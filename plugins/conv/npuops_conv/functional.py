@@ -1,8 +1,8 @@
 """The forward convolutions as functions for model code (see :mod:`npuops.functional`: our kernel on
 CUDA where it covers the call, torch's formulation for every other call and for tracing).
 
-``conv1d``, ``conv2d`` and ``conv3d`` are drop-ins for ``torch.nn.functional``'s: the same
-arguments (an int or one per spatial dim for stride, padding and dilation; ``padding="valid"`` or
+``conv1d``, ``conv2d``, ``conv3d`` and ``conv_transpose2d`` are drop-ins for
+``torch.nn.functional``'s: the same arguments (an int or one per spatial dim for stride, padding and dilation; ``padding="valid"`` or
 ``"same"``; unbatched inputs), the same results. ``conv1d_causal`` (left padding only),
 ``conv2d_bias_relu`` (the fused epilogue) and ``conv2d_fp8`` (e4m3 operands with per-tensor
 scales, bf16 output) are ops torch has no function for.
@@ -22,20 +22,21 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from npuops.functional import OpFunction, batched, define_function, drop_in, int_tuple, torch_call, unbatched
+from npuops import OpFunction, batched, define_function, drop_in, int_tuple, torch_call, unbatched
 
 _TORCH_CONVS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
 def _op(name: str, op: str, dims: int, *, bias: bool | None, tensors: tuple[str, ...] = (), padding: bool = True,
-        fallback=None):
+        fallback=None, params: tuple[str, ...] | None = None):
     """The op ``op`` as a function of its canonical arguments: ``input``, ``weight``, ``tensors``
-    (fp8 scales), ``bias`` when given (None: the op has no bias); int[dims] stride (padding)
-    dilation, int groups."""
+    (fp8 scales), ``bias`` when given (None: the op has no bias); then ``params`` in order, each
+    int[dims] but ``groups`` (default: stride, padding unless not ``padding``, dilation, groups)."""
     inputs = ("input", "weight", *tensors, *(("bias",) if bias else ()))
-    params = (("stride", 1), *((("padding", 0),) if padding else ()), ("dilation", 1), ("groups", 1))
+    names = params or ("stride", *(("padding",) if padding else ()), "dilation", "groups")
+    params = tuple((p, 0 if "padding" in p else 1) for p in names)
     signature = ", ".join([*(f"Tensor {t}" for t in inputs),
-                           *(f"int[{dims}] {p}={d}" for p, d in params[:-1]), "int groups=1"])
+                           *(f"int groups={d}" if p == "groups" else f"int[{dims}] {p}={d}" for p, d in params)])
     return define_function(OpFunction("npuops_conv", name, op, f"({signature}) -> Tensor", inputs, params,
                                       shape_name="input", constants=() if bias is None else (("bias", bias),),
                                       fallback=fallback))
@@ -57,6 +58,11 @@ _CAUSAL = {has_bias: _op(f"conv1d_causal{'_bias' if has_bias else ''}", "Conv1dC
                          padding=False)
            for has_bias in (False, True)}
 _BIAS_RELU = _op("conv2d_bias_relu", "Conv2dBiasRelu", 2, bias=True)
+_TRANSPOSE = {has_bias: _op(f"conv_transpose2d{'_bias' if has_bias else ''}", "Conv2dTranspose", 2, bias=has_bias,
+                            params=("stride", "padding", "output_padding", "groups", "dilation"),
+                            fallback=lambda input, weight, bias=None, **given: F.conv_transpose2d(input, weight, bias,
+                                                                                                  **given))
+              for has_bias in (False, True)}
 _FP8 = _op("conv2d_fp8", "Conv2dFp8Fwd", 2, bias=None, tensors=("x_scale", "w_scale"))
 
 
@@ -108,6 +114,23 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv(3, input, weight, bias, stride, padding, dilation, groups)
 
 
+@drop_in
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """``torch.nn.functional.conv_transpose2d`` (our kernel: the data gradient of the conv it
+    transposes, by stride phases)."""
+    with_batch = batched(input, 2)
+    geometry = [int_tuple(v, 2) for v in (stride, padding, output_padding, dilation)]
+    fn = _TRANSPOSE[bias is not None]
+    if with_batch is None or None in geometry or type(groups) is not int or not isinstance(weight, torch.Tensor) \
+            or not (bias is None or isinstance(bias, torch.Tensor)):
+        return torch_call(fn.__name__, "arguments with no canonical form (empty input, not ints, input rank)",
+                          F.conv_transpose2d, input, weight, bias, stride, padding, output_padding, groups, dilation)
+    x, added = with_batch
+    step, pad, out_pad, dilated = geometry
+    tensors = (x, weight) if bias is None else (x, weight, bias)
+    return unbatched(fn(*tensors, step, pad, out_pad, groups, dilated), added)
+
+
 # -- the ops torch has no function for ------------------------------------------------------------
 @drop_in
 def conv1d_causal(input, weight, bias=None, stride=1, dilation=1, groups=1):
@@ -132,4 +155,4 @@ def conv2d_fp8(input, weight, x_scale, w_scale, stride=1, padding=0, dilation=1,
     return _FP8(input, weight, x_scale, w_scale, *(int_tuple(v, 2) or v for v in (stride, padding, dilation)), groups)
 
 
-__all__ = ["conv1d", "conv1d_causal", "conv2d", "conv2d_bias_relu", "conv2d_fp8", "conv3d"]
+__all__ = ["conv1d", "conv1d_causal", "conv2d", "conv2d_bias_relu", "conv2d_fp8", "conv3d", "conv_transpose2d"]

@@ -66,3 +66,12 @@ def test_coverage_says_why_torch_ran():
     why = {name: counts["why"] for name, counts in coverage().items()}
     assert why["conv2d"] == {"cpu device": 1, "arguments with no canonical form (empty input, asymmetric 'same', not "
                                               "ints, input rank)": 1}
+
+
+def test_conv_transpose2d_is_f_conv_transpose2d():
+    x, w, b = torch.randn(2, 8, 7, 7), torch.randn(8, 4, 3, 3), torch.randn(4)
+    for kwargs in ({}, {"stride": 2, "padding": 1, "output_padding": 1}, {"stride": 2, "dilation": 2, "padding": 1}):
+        torch.testing.assert_close(C.conv_transpose2d(x, w, b, **kwargs), F.conv_transpose2d(x, w, b, **kwargs))
+    grouped = torch.randn(8, 2, 3, 3)
+    torch.testing.assert_close(C.conv_transpose2d(x, grouped, None, 2, 1, 1, 2), F.conv_transpose2d(x, grouped, None, 2, 1, 1, 2))
+    torch.testing.assert_close(C.conv_transpose2d(x[0], w), F.conv_transpose2d(x[0], w))  # unbatched
