@@ -28,7 +28,7 @@ class FakeCuda:
 def flusher(monkeypatch):
     """A cuda device's flusher on the CPU; returns (flush, calls, set_status)."""
     calls, status = [], [0]
-    device = devices.AcceleratorDevice("cuda", preference=0)
+    device = devices.CUDADevice(preference=0)
     device._module = FakeCuda(calls)
     monkeypatch.setattr(device, "torch_device", lambda: torch.device("cpu"))
 

@@ -209,3 +209,62 @@ def test_a_mistyped_disabled_name_is_warned_about(monkeypatch):
     with pytest.warns(RuntimeWarning, match="unknown plugin 'cnov'; did you mean 'conv'"):
         registry = load_registry()
     assert not any(p.disabled for p in registry.plugins.values())
+
+
+MALFORMED = '''
+from npuops import Device, Op, Workload, hookimpl
+
+
+class Nameless(Op):
+    """An op class that forgot its name and family."""
+
+
+class Named(Op):
+    name = "MalformedFwd"
+    family = "malformed"
+    required_tensors = ("x",)
+
+
+class NoName(Device):
+    pass
+
+
+@hookimpl
+def npuops_ops():
+    return [Nameless(), "RMSNormFwd", Named([Workload("MalformedFwd", "M1", "m", "f32", {"x": [4]})])]
+
+
+@hookimpl
+def npuops_devices():
+    return [NoName()]
+
+
+@hookimpl
+def npuops_implementations(ops):
+    yield from ()  # a generator that raises part-way: none of its items is kept
+    raise ValueError("half-way")
+
+
+@hookimpl
+def npuops_module_forwards():
+    return None  # None counts as nothing
+'''
+
+
+def test_malformed_hook_results_are_refused_item_by_item_and_the_rest_loads(plugins):
+    """What the hookspecs promise: each item of the wrong type or without a name is refused with
+    an error naming the plugin and hook, the plugin's other items are kept, a hook that raises
+    contributes nothing, a hook returning None contributes nothing without error."""
+    plugins.install("npuops-malformed", "npuops_malformed", MALFORMED, entry_name="malformed")
+    registry = load_registry()
+    errors = [(e.plugin, e.stage, e.message) for e in registry.errors]
+    assert {plugin for plugin, _, _ in errors} == {"malformed"}
+    assert ("malformed", "npuops_ops", "Nameless has no name (a non-empty string); got None") in errors
+    assert ("malformed", "npuops_ops", "returned str, not an Op") in errors
+    assert ("malformed", "npuops_devices", "NoName has no name (a non-empty string); got ''") in errors
+    assert any(stage == "npuops_implementations" and "half-way" in message for _, stage, message in errors)
+    assert len(errors) == 4  # npuops_module_forwards returned None: no error
+    assert registry.plugins["malformed"].ops == ["MalformedFwd"] and registry.op("MalformedFwd").family == "malformed"
+    assert registry.plugins["malformed"].devices == [] and "" not in registry.devices
+    assert len(registry.ops) == 46 and registry.impls_for("RMSNormFwd")
+    assert [plugin for plugin, _ in registry.call_each("npuops_module_forwards")].count("malformed") == 0

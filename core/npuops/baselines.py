@@ -1,9 +1,13 @@
 """Built-in plugin: the PyTorch baselines every op with a torch formulation gets.
 
-- ``torch_eager``: the formulation as written;
-- ``torch_compile``: ``torch.compile`` with inductor's default mode;
+- ``torch_eager``: the formulation as written, on any device;
+- ``torch_compile``: ``torch.compile`` with inductor's default mode, on devices that declare
+  ``compiles``;
 - ``torch_compile_reduce_overhead``: ``mode="reduce-overhead"``, inductor plus CUDA graphs (the CUDA
-  analogue of torch_npu's ``torch_compile_aclgraph``).
+  analogue of torch_npu's ``torch_compile_aclgraph``), on devices that declare ``compile_graphs``.
+
+Which baselines a device gets comes from its capabilities (:class:`npuops.Device`), never its name:
+a third-party device gets them without a change here.
 """
 
 from __future__ import annotations
@@ -41,9 +45,16 @@ def _compiler(mode: str | None) -> Callable[..., Callable[..., Any]]:
     return build
 
 
-def _graphs_need_cuda(op: Op, w, device) -> str | None:
-    if device.name != "cuda":
-        return f"reduce-overhead mode replays CUDA graphs, which {device.name} does not have"
+def _needs_compile(op: Op, w, device) -> str | None:
+    if not device.compiles:
+        return f"torch.compile has no backend for {device.name} (the device does not declare compiles)"
+    return None
+
+
+def _needs_compile_graphs(op: Op, w, device) -> str | None:
+    if not device.compile_graphs:
+        return (f"reduce-overhead mode replays inductor's CUDA graphs, which {device.name} does not support "
+                "(the device does not declare compile_graphs)")
     return None
 
 
@@ -56,10 +67,11 @@ def npuops_implementations(ops: Mapping[str, Op]) -> list[Implementation]:
         impls += [
             Implementation(op.name, "torch_eager", "torch_eager", _build_eager,
                            description="the torch formulation, eager"),
-            Implementation(op.name, "torch_compile", "torch_compile", _compiler(None), nan_fill=False,
+            Implementation(op.name, "torch_compile", "torch_compile", _compiler(None), supports=_needs_compile,
+                           nan_fill=False,
                            description="torch.compile, inductor default mode"),
             Implementation(op.name, "torch_compile_reduce_overhead", "torch_compile", _compiler("reduce-overhead"),
-                           supports=_graphs_need_cuda, graph_capturable=False, nan_fill=False,
+                           supports=_needs_compile_graphs, graph_capturable=False, nan_fill=False,
                            description="torch.compile(mode='reduce-overhead'): inductor + CUDA graphs"),
         ]
     return impls

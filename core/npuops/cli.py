@@ -281,27 +281,43 @@ def _run_summary(path: Path, workloads, console: Console) -> None:
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
     from . import report
-    from .results import read_results
+    from .results import Results, read_results
 
-    path = _input_file("results file", args.file)
-    if not path.exists():
-        raise NpuopsError(f"results file {str(path)!r} does not exist; create it with `npuops run --out {path}`")
+    families, ops = set(_split(args.family)), set(_split(args.op))
+
+    def load(value: str) -> Results:
+        path = _input_file("results file", value)
+        if not path.exists():
+            raise NpuopsError(f"results file {str(path)!r} does not exist; create it with `npuops run --out {path}`")
+        results = read_results(path)  # a malformed line is skipped, with a warning naming it
+        if families or ops:
+            results.rows = [r for r in results.rows if (not families or r["family"] in families) and (not ops or r["op"] in ops)]
+        if not results.rows:
+            raise NpuopsError(f"results file {str(path)!r} holds no rows{' matching the filters' if families or ops else ''}")
+        return results
+
+    if args.against is not None and args.format == "html":
+        raise NpuopsError("--against renders terminal, markdown, csv or json, not html")
     output = None
     if args.output is not None:
         output = _output_path("--output", args.output, create_parents=False,
                               example=f"report.{ {'markdown': 'md', 'terminal': 'txt'}.get(args.format, args.format) }")
-    results = read_results(path)  # a malformed line is skipped, with a warning naming it
-    families, ops = set(_split(args.family)), set(_split(args.op))
-    if families or ops:
-        results.rows = [r for r in results.rows if (not families or r["family"] in families) and (not ops or r["op"] in ops)]
-    if not results.rows:
-        raise NpuopsError(f"results file {str(path)!r} holds no rows{' matching the filters' if families or ops else ''}")
-    if args.format == "terminal":
+    results = load(args.file)
+    if args.against is not None:
+        from . import compare
+
+        comparison = compare.compare(results, load(args.against), args.file, args.against)
+        if args.format == "terminal":
+            compare.render_terminal(comparison, console, detail=bool(args.detail or families or ops))
+            return 0
+        text = {"markdown": compare.render_markdown, "csv": compare.render_csv, "json": compare.render_json}[args.format](comparison)
+    elif args.format == "terminal":
         report.render_terminal(results, console, detail=bool(args.detail or families or ops))
         return 0
-    render = {"markdown": report.render_markdown, "csv": report.render_csv, "json": report.render_json,
-              "html": report.render_html}[args.format]
-    text = render(results)
+    else:
+        render = {"markdown": report.render_markdown, "csv": report.render_csv, "json": report.render_json,
+                  "html": report.render_html}[args.format]
+        text = render(results)
     if output is not None:
         try:
             output.write_text(text)
@@ -417,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--op", action="append", help="only these ops")
     p.add_argument("--detail", action="store_true",
                    help="terminal: after the summary, a table per op and regime (--op and --family show them too)")
+    p.add_argument("--against", metavar="BASELINE",
+                   help="compare with this results file row by row: its time, FILE's, the speed-up (baseline / FILE), "
+                        "status changes, rows of one file only (terminal: changed rows unless --detail)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("plugins", help="installed plugins, what each contributes, load errors")

@@ -1,8 +1,10 @@
 """Devices the runner can check and time on: ``cuda`` (primary), ``cpu`` (always there) and ``npu``
 (Ascend through torch_npu, whose event/stream/graph API mirrors torch.cuda's).
 
-A third party adds a backend by returning a :class:`Device` from the ``npuops_devices`` hook. This
-module is itself the built-in plugin that registers the three.
+A third party adds a backend by returning a :class:`Device` from the ``npuops_devices`` hook; its
+capability attributes (``graphs``, ``compiles``, ``compile_graphs``, ``host_timed``,
+``profiler_activity()``) decide which regimes and torch baselines run on it, so no core change is
+needed. This module is itself the built-in plugin that registers the three.
 """
 
 from __future__ import annotations
@@ -33,9 +35,29 @@ class Limits:
 
 
 class Device:
+    """A backend the runner checks and times on. Subclass it and return an instance from the
+    ``npuops_devices`` hook; the core asks the device what it can do, never its name:
+
+    - ``graphs``: :meth:`capture_graph` works, so the graph-replay regime runs here;
+    - ``compiles``: ``torch.compile`` (inductor) builds code for :meth:`torch_device` (the
+      ``torch_compile`` baseline runs here);
+    - ``compile_graphs``: ``torch.compile(mode="reduce-overhead")`` replays device graphs here
+      (inductor's CUDA graph trees: the ``torch_compile_reduce_overhead`` baseline runs here);
+    - ``host_timed``: :meth:`event` reads the host's clock (the default :class:`_HostEvent`), so
+      nothing may run beside a measurement (the runner times such devices alone);
+    - :meth:`profiler_activity`: the ``torch.profiler`` activity that records this device's
+      kernels, for kernel time (None: kernel time is not measured here).
+
+    The defaults describe a synchronous, host-timed device without graphs on which
+    ``torch.compile`` is not known to work; a device states what it supports.
+    """
+
     name: str = ""
     preference: int = 0  # the highest available is the default device
-    graphs: bool = False  # supports the graph-replay regime
+    graphs: bool = False
+    compiles: bool = False
+    compile_graphs: bool = False
+    host_timed: bool = True
 
     def is_available(self) -> bool:
         return True
@@ -120,6 +142,7 @@ def _host_llc_bytes() -> int:
 class CPUDevice(Device):
     name = "cpu"
     preference = 0
+    compiles = True  # inductor's C++ backend
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -151,9 +174,14 @@ _GPU_DATASHEETS: dict[str, Limits] = {
 
 
 class AcceleratorDevice(Device):
-    """A device behind a torch.cuda-shaped module (``torch.cuda``, ``torch.npu``)."""
+    """A device behind a torch.cuda-shaped module (``torch.npu``; :class:`CUDADevice` for
+    ``torch.cuda``): device events and graphs, ``torch.compile`` through the backend the module
+    registers; no kernel profiling (torch_npu records its kernels through its own profiler, not
+    ``torch.profiler``'s) and no ``reduce-overhead`` graphs (inductor's graph trees are CUDA's)."""
 
     graphs = True
+    compiles = True
+    host_timed = False
 
     def __init__(self, name: str, preference: int, import_module: str | None = None):
         self.name = name
@@ -197,35 +225,13 @@ class AcceleratorDevice(Device):
         sleep(int(seconds * 2.0e9))
         return True
 
-    def profiler_activity(self) -> Any:
-        from torch.profiler import ProfilerActivity
-
-        # torch_npu records its kernels through its own profiler, not torch.profiler's.
-        return ProfilerActivity.CUDA if self.name == "cuda" else None
-
-    def cache_flusher(self) -> Callable[[], None]:
+    def _flush_bytes(self) -> int:
         props = self.api.get_device_properties(self.api.current_device())
         l2 = getattr(props, "L2_cache_size", 0) or (64 << 20)
-        size = max(2 * l2, 64 << 20)
-        buf = torch.empty(size, dtype=torch.uint8, device=self.torch_device())
-        if self.name != "cuda":
-            return buf.zero_
-        reset = _persisting_l2_reset()
-        # Read after the overwrite: it leaves the L2 full of dirty lines, whose write-back would
-        # otherwise be charged to the timed kernel that evicts them (docs/timing.md).
-        scrub = torch.empty(size // 4, dtype=torch.float32, device=self.torch_device())
-        scrub_sum = torch.empty((), dtype=torch.float32, device=self.torch_device())
+        return max(2 * l2, 64 << 20)
 
-        def flush() -> None:
-            # Lines loaded with an evict_last hint (torch.compile's Triton kernels put it on window
-            # and broadcast loads) persist through any overwrite until reset (docs/timing.md).
-            self.synchronize()  # the reset acts when called, not in stream order
-            if (status := reset()) != 0:
-                raise RuntimeError(f"cuCtxResetPersistingL2Cache failed (CUresult {status})")
-            buf.zero_()
-            torch.sum(scrub, dim=0, out=scrub_sum)
-
-        return flush
+    def cache_flusher(self) -> Callable[[], None]:
+        return torch.empty(self._flush_bytes(), dtype=torch.uint8, device=self.torch_device()).zero_
 
     def total_memory(self) -> int:
         return self.api.mem_get_info()[1]
@@ -243,19 +249,13 @@ class AcceleratorDevice(Device):
 
     def describe(self) -> dict[str, Any]:
         props = self.api.get_device_properties(self.api.current_device())
-        info: dict[str, Any] = {
+        return {
             "device": self.name,
             "model": props.name,
             "memory_gib": round(props.total_memory / 2**30, 1),
             "multiprocessors": getattr(props, "multi_processor_count", None),
             "l2_bytes": getattr(props, "L2_cache_size", None),
         }
-        if self.name == "cuda":
-            info["capability"] = f"sm_{props.major}{props.minor}"
-            info["cuda_runtime"] = torch.version.cuda
-            info["driver"] = _nvidia_driver()
-            info["l2_flush"] = "persisting lines reset, 2x L2 overwritten, then 2x L2 read (no dirty lines left)"
-        return info
 
     def capture_graph(self, fn: Callable[[], Any]) -> Callable[[], Any]:
         # Warm up on a side stream first, as torch.cuda.graphs recommends, so lazy initialisation
@@ -288,6 +288,51 @@ class AcceleratorDevice(Device):
         return None
 
 
+class CUDADevice(AcceleratorDevice):
+    """``torch.cuda``: adds kernel time (``torch.profiler``'s CUDA activity), ``reduce-overhead``
+    graphs, and an L2 flush that also resets lines persisting through the CUDA driver."""
+
+    compile_graphs = True
+
+    def __init__(self, preference: int = 20):
+        super().__init__("cuda", preference)
+
+    def profiler_activity(self) -> Any:
+        from torch.profiler import ProfilerActivity
+
+        return ProfilerActivity.CUDA
+
+    def cache_flusher(self) -> Callable[[], None]:
+        size = self._flush_bytes()
+        buf = torch.empty(size, dtype=torch.uint8, device=self.torch_device())
+        reset = _persisting_l2_reset()
+        # Read after the overwrite: it leaves the L2 full of dirty lines, whose write-back would
+        # otherwise be charged to the timed kernel that evicts them (docs/timing.md).
+        scrub = torch.empty(size // 4, dtype=torch.float32, device=self.torch_device())
+        scrub_sum = torch.empty((), dtype=torch.float32, device=self.torch_device())
+
+        def flush() -> None:
+            # Lines loaded with an evict_last hint (torch.compile's Triton kernels put it on window
+            # and broadcast loads) persist through any overwrite until reset (docs/timing.md).
+            self.synchronize()  # the reset acts when called, not in stream order
+            if (status := reset()) != 0:
+                raise RuntimeError(f"cuCtxResetPersistingL2Cache failed (CUresult {status})")
+            buf.zero_()
+            torch.sum(scrub, dim=0, out=scrub_sum)
+
+        return flush
+
+    def describe(self) -> dict[str, Any]:
+        props = self.api.get_device_properties(self.api.current_device())
+        return {
+            **super().describe(),
+            "capability": f"sm_{props.major}{props.minor}",
+            "cuda_runtime": torch.version.cuda,
+            "driver": _nvidia_driver(),
+            "l2_flush": "persisting lines reset, 2x L2 overwritten, then 2x L2 read (no dirty lines left)",
+        }
+
+
 def _nvidia_driver() -> str | None:
     try:
         import pynvml  # nvidia-ml-py, installed with torch's CUDA builds
@@ -302,7 +347,7 @@ def _nvidia_driver() -> str | None:
 @hookimpl
 def npuops_devices() -> list[Device]:
     return [
-        AcceleratorDevice("cuda", preference=20),
+        CUDADevice(preference=20),
         AcceleratorDevice("npu", preference=10, import_module="torch_npu"),
         CPUDevice(),
     ]

@@ -55,7 +55,9 @@ class Implementation:
     name: str
     tier: str
     build: BuildFn
-    devices: tuple[str, ...] = ("cuda", "cpu", "npu")
+    # The names of the devices it runs on; None: any device (``supports`` may still refuse one,
+    # asking the device what it can do rather than checking its name).
+    devices: tuple[str, ...] | None = None
     supports: SupportsFn | None = None
     # False for callables that already replay a device graph (torch.compile reduce-overhead): the
     # graph regime times them as they are instead of capturing them again.
@@ -87,7 +89,7 @@ class Implementation:
 
     def why_not(self, op: Op, w: Workload, device: Device) -> str | None:
         """None when this implementation can run ``w`` on ``device``; else the reason."""
-        if device.name not in self.devices:
+        if self.devices is not None and device.name not in self.devices:
             return f"{self.name} runs on {', '.join(self.devices)}, not {device.name}"
         if self.supports is not None:
             return self.supports(op, w, device)

@@ -15,7 +15,9 @@ order, whatever order pluggy keeps its hook implementations in. A name taken twi
 an op, an implementation of an op, a device) stays with the first registrant; the later one is
 refused, and the error names both plugins. So a third-party plugin cannot replace one of the
 project's ops, and cannot add a kernel of tier ``ours`` to an op of the project's (our functions
-launch an op's first ``ours`` kernel).
+launch an op's first ``ours`` kernel). An item of the wrong type, or an op or device without a name
+(a non-empty string), is refused on its own. :mod:`npuops.hookspecs` states this contract for
+plugin authors; keep the two in step.
 """
 
 from __future__ import annotations
@@ -281,6 +283,16 @@ def _reject(registry: Registry, plugin: str, hook: str, message: str) -> None:
     registry.errors.append(LoadError(plugin, hook, message))
 
 
+def _unnamed(obj: Any, attributes: tuple[str, ...]) -> str | None:
+    """Why ``obj`` (an op, a device) cannot be registered: an attribute that is not a non-empty
+    string (an op class without ``name`` or ``family``, a device without ``name``); else None."""
+    for attribute in attributes:
+        value = getattr(obj, attribute, None)
+        if not isinstance(value, str) or not value:
+            return f"{type(obj).__name__} has no {attribute} (a non-empty string); got {value!r}"
+    return None
+
+
 def _owner(registry: Registry, kind: str, name: str) -> PluginInfo | None:
     for info in registry.plugins.values():
         if name in getattr(info, kind):
@@ -304,6 +316,8 @@ def load_registry(strict: bool | None = None, disabled: Iterable[str] | None = N
     for plugin, device in _call_each(pm, registry, "npuops_devices"):
         if not isinstance(device, Device):
             _reject(registry, plugin, "npuops_devices", f"returned {type(device).__name__}, not a Device")
+        elif why := _unnamed(device, ("name",)):
+            _reject(registry, plugin, "npuops_devices", why)
         elif device.name in registry.devices:
             _reject(registry, plugin, "npuops_devices",
                     _taken(registry, f"device {device.name!r}", _owner(registry, "devices", device.name), plugin))
@@ -314,6 +328,8 @@ def load_registry(strict: bool | None = None, disabled: Iterable[str] | None = N
     for plugin, op in _call_each(pm, registry, "npuops_ops"):
         if not isinstance(op, Op):
             _reject(registry, plugin, "npuops_ops", f"returned {type(op).__name__}, not an Op")
+        elif why := _unnamed(op, ("name", "family")):
+            _reject(registry, plugin, "npuops_ops", why)
         elif op.name in registry.ops:
             _reject(registry, plugin, "npuops_ops",
                     _taken(registry, f"op {op.name!r}", _owner(registry, "ops", op.name), plugin))

@@ -536,6 +536,9 @@ def render_html(results: Results) -> str:
     from .summary import summary_html
 
     parts.append(summary_html(results, all_entries))
+    from .plots import plots_html
+
+    parts.append(plots_html(results, all_entries))
     parts.append(f"<p class='env'>Green: faster than the best alternative; red: slower; plain: within {LEVEL:.0%}. "
                  f"Times in ms (median device time). {esc(footnote(all_entries))}</p>")
     summaries = summarize(all_entries)

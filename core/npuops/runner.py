@@ -239,7 +239,7 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
         return finish("failed", reason=f"needs {need / _GIB:.1f} GiB of {device.name} memory; the device has {device.total_memory() / _GIB:.1f} GiB")
     # Host-timed devices share their clock with compilation: nothing may overlap their timing.
     # A task using much of the memory runs alone so it does not starve its neighbours.
-    exclusive = device.name == "cpu" or need > device.total_memory() / (2 * options.jobs)
+    exclusive = device.host_timed or need > device.total_memory() / (2 * options.jobs)
     stage = ""
 
     def begin(name: str) -> None:

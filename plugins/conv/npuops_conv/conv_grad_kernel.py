@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import torch
-from npuops.kernels import H200_SMS, KernelSpec, tilelang_dtype
+from npuops import H200_SMS, KernelSpec, tilelang_dtype
 
 from .conv_kernel import ConvLaunch, Problem, _all, _source, gemm_variants, no_empty_split, ordered_sum, too_large
 from .ops._geometry import ConvGeometry

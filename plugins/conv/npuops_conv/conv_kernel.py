@@ -52,8 +52,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops import KernelKey
-from npuops.kernels import H200_SMS, KernelSpec, tilelang_dtype
+from npuops import H200_SMS, KernelKey, KernelSpec, tilelang_dtype
 
 from .ops._geometry import ConvGeometry
 

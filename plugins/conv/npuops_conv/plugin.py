@@ -1,8 +1,7 @@
 """Entry point of the ``conv`` plugin: its ops with their catalog workloads, our TileLang kernels
 (the forward convolutions), the cuDNN channels-last baseline and the modules npuops.patch swaps."""
 
-from npuops import hookimpl, package_ops
-from npuops.kernels import kernel_implementations
+from npuops import hookimpl, kernel_implementations, package_ops
 
 from .baselines import channels_last_implementations
 

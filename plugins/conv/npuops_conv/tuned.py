@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from npuops.workload import dtype_name
+from npuops import dtype_name
 
 from .ops._geometry import ConvGeometry
 
@@ -55,7 +55,7 @@ def tuned_launch(geometry: ConvGeometry, dtype: torch.dtype, relu: bool) -> Mapp
 def launches_from_results(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """The table of the tuned ``ours`` rows of forward convolutions among ``rows``: each problem's
     chosen launch (the row's config, kept to the launch fields)."""
-    from npuops.registry import load_registry
+    from npuops import load_registry
 
     from .conv_kernel import ConvLaunch
     from .ops._forward import ForwardConvOp
@@ -75,7 +75,7 @@ def launches_from_results(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    from npuops.results import read_results
+    from npuops import read_results
 
     parser = argparse.ArgumentParser(prog="python -m npuops_conv.tuned", description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="+", help="results files of tuned runs (later files win)")

@@ -24,8 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from npuops.kernels import H200_SMS, VECTOR_BYTES, compile_kernel, interleaved_vectors, launcher, thread_owned, \
-    tilelang_dtype
+from npuops import H200_SMS, VECTOR_BYTES, compile_kernel, interleaved_vectors, launcher, thread_owned, tilelang_dtype
 
 from .block_reduce import tree_reducer
 

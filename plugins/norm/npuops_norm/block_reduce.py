@@ -20,7 +20,7 @@ TileLang is imported when a kernel is built.
 
 import math
 
-from npuops.kernels import VECTOR_BYTES, interleaved_vectors, thread_owned
+from npuops import VECTOR_BYTES, interleaved_vectors, thread_owned
 
 F32 = "float32"
 WARP = 32

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from npuops.kernels import H200_SMS, VECTOR_BYTES, interleaved_vectors, thread_owned, tilelang_dtype
+from npuops import H200_SMS, VECTOR_BYTES, interleaved_vectors, thread_owned, tilelang_dtype
 
 from .backward_kernel import bind
 from .block_reduce import tree_reducer

@@ -9,8 +9,7 @@ wrong input gets a ValueError that says what was expected.
 
 import torch
 import torch.nn.functional as F
-from npuops import discover_op_classes
-from npuops.functional import OpFunction, define_function, drop_in, torch_call
+from npuops import OpFunction, define_function, discover_op_classes, drop_in, torch_call
 
 _OP_CLASSES = {cls.name: cls for cls in discover_op_classes("npuops_norm.ops")}
 

@@ -1,8 +1,7 @@
 """Entry point of the ``norm`` plugin: its ops with their catalog workloads, our kernels and
 Liger-Kernel's where installed, and the norm modules :func:`npuops.patch` can swap."""
 
-from npuops import hookimpl, package_ops
-from npuops.kernels import kernel_implementations
+from npuops import hookimpl, kernel_implementations, package_ops
 
 from .liger import liger_implementations
 

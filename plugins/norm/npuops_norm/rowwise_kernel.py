@@ -17,9 +17,8 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops import KernelKey
-from npuops.kernels import (EVICT_LAST_LOAD, H200_SMS, VECTOR_BYTES, KernelSpec, load_vectors_evict_last,
-                            tilelang_dtype, wide_indices)
+from npuops import (EVICT_LAST_LOAD, H200_SMS, VECTOR_BYTES, KernelKey, KernelSpec, load_vectors_evict_last,
+                    tilelang_dtype, wide_indices)
 
 from .block_reduce import (block_reducer, cluster_kernel, cluster_split, exchange_barrier_initializer, exchange_slots,
                            group_major, group_values, moments_reducer, reduces_groups, vector_elements)

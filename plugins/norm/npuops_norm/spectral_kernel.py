@@ -56,7 +56,7 @@ TileLang evaluates the prim_funcs' tensor annotations, which must see the enclos
 from collections.abc import Callable
 
 import torch
-from npuops.kernels import H200_SMS, VECTOR_BYTES, compile_kernel, tilelang_dtype
+from npuops import H200_SMS, VECTOR_BYTES, compile_kernel, tilelang_dtype
 
 from .block_reduce import block_reducer, cluster_kernel, cluster_split, exchange_slots, thread_major
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from npuops.functional import OpFunction, batched, define_function, drop_in, int_tuple, torch_call, unbatched
+from npuops import OpFunction, batched, define_function, drop_in, int_tuple, torch_call, unbatched
 
 
 def _why(input: Any) -> str:

@@ -1,8 +1,7 @@
 """Entry point of the ``pool`` plugin: its ops with their catalog workloads, our kernels, and the
 pooling modules :func:`npuops.patch` can swap."""
 
-from npuops import hookimpl, package_ops
-from npuops.kernels import kernel_implementations
+from npuops import hookimpl, kernel_implementations, package_ops
 
 
 @hookimpl

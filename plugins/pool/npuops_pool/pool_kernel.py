@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops.kernels import VECTOR_BYTES, KernelSpec, interleaved_vectors, thread_owned, tilelang_dtype
+from npuops import VECTOR_BYTES, KernelSpec, interleaved_vectors, thread_owned, tilelang_dtype
 
 F32 = "float32"
 BLOCK = 256  # threads per block of the window kernels

@@ -2,7 +2,7 @@
 ``npuops_topk::topk_selector`` (see :mod:`npuops.functional`: our kernel on CUDA, masked
 ``torch.topk`` elsewhere and for tracing, arguments checked)."""
 
-from npuops.functional import OpFunction, define_function
+from npuops import OpFunction, define_function
 
 topk_selector = define_function(OpFunction(
     "npuops_topk", "topk_selector", "TopkSelectorFwd",

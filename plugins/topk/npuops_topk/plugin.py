@@ -1,7 +1,6 @@
 """Entry point of the ``topk`` plugin: its ops with their catalog workloads, and our kernel."""
 
-from npuops import hookimpl, package_ops
-from npuops.kernels import kernel_implementations
+from npuops import hookimpl, kernel_implementations, package_ops
 
 
 @hookimpl

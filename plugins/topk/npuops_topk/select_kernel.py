@@ -38,7 +38,7 @@ annotations, which must see the shapes.)
 """
 
 import torch
-from npuops.kernels import H200_SMS, KernelSpec
+from npuops import H200_SMS, KernelSpec
 
 THREADS = 256
 VECTOR = 16  # keys each thread loads per step (four 16-byte loads)

@@ -9,8 +9,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from npuops import Cost, InputRNG, Op, Workload, tensor_bytes
-from npuops.workload import dtype_name
+from npuops import Cost, InputRNG, Op, Workload, dtype_name, tensor_bytes
 
 from ._geometry import LAYOUT_2D, ConvGeometry, Layout
 

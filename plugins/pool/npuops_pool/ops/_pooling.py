@@ -13,8 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from npuops import Cost, KernelOp, Param, Tolerance, WorkloadError, high_precision, tensor_bytes
-from npuops.workload import dtype_name
+from npuops import Cost, KernelOp, Param, Tolerance, WorkloadError, dtype_name, high_precision, tensor_bytes
 
 SPATIAL_NAMES = {1: ("L_in",), 2: ("H_in", "W_in"), 3: ("D_in", "H_in", "W_in")}
 
