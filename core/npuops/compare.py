@@ -16,7 +16,6 @@ filter), markdown, csv and json.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections import Counter, defaultdict
@@ -411,12 +410,6 @@ def render_json(c: Comparison) -> str:
 
 
 def render_csv(c: Comparison) -> str:
-    from .report import csv_text
+    from .report import records_csv
 
-    rows = records(c)
-    out = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows({k: csv_text(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows)
-    return out.getvalue()
+    return records_csv(records(c))

@@ -283,17 +283,8 @@ def time_text(row: dict[str, Any]) -> str:
 
 
 def alternative_cells(e: Entry) -> list[tuple[str, str]]:
-    """(``name · tier``, time or status) for every implementation except the ours shown."""
-    cells = []
-    for row in e.rows:
-        if e.ours is not None and row is e.ours:
-            continue
-        name = row["impl"] if row["impl"] == row["tier"] else f"{row['impl']} · {row['tier']}"
-        if row["status"] == "ok":
-            cells.append((name, time_text(row)))
-        else:
-            cells.append((name, f"{row['status']}: {row.get('reason', '')}"))
-    return cells
+    """(``name · tier``, time or "status: reason") for every implementation except the ours shown."""
+    return [(name, text if reason is None else f"{text}: {reason}") for name, text, reason in _alternative_notes(e)]
 
 
 def _figure(value: float) -> str:
@@ -500,7 +491,11 @@ def csv_text(text: str) -> str:
 
 
 def render_csv(results: Results) -> str:
-    records = json_records(results)
+    return records_csv(json_records(results))
+
+
+def records_csv(records: list[dict[str, Any]]) -> str:
+    """JSON-like records as CSV, text cells guarded against spreadsheet formulas (:func:`csv_text`)."""
     out = io.StringIO()
     if records:
         writer = csv.DictWriter(out, fieldnames=list(records[0]))
