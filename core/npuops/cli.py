@@ -1,4 +1,4 @@
-"""``npuops``: list, run, report, plugins, warm, calibrate."""
+"""``npuops``: list, run, merge, report, plugins, warm, calibrate."""
 
 from __future__ import annotations
 
@@ -55,8 +55,18 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def shard(text: str):
+    from .runner import Shard
+
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 positive_int.__name__ = "positive integer"  # argparse names the type in its errors
 positive_seconds.__name__ = "positive number of seconds"
+shard.__name__ = "shard I/N"
 
 def _output_path(flag: str, value: str, create_parents: bool, example: str = DEFAULT_RESULTS) -> Path:
     """``value`` as a file we may write, or an NpuopsError saying why not (one line)."""
@@ -232,13 +242,14 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             raise unknown("regime", regime, REGIMES)
     options = RunOptions(device=device.name, regimes=regimes, jobs=args.jobs, seed=args.seed,
                          timing=TimingOptions(budget_s=args.budget), task_timeout_s=args.timeout, rerun=args.rerun,
-                         tune=args.tune, kernel_time=args.kernel_time)
+                         tune=args.tune, kernel_time=args.kernel_time, shard=args.shard)
     if args.kernel_time and device.profiler_activity() is None:
         console.print(f"[yellow]--kernel-time: torch.profiler records no kernels of {device.name}; "
                       "the rows will have none[/yellow]")
     console.print(f"npuops run: {len(workloads)} workloads on {device.name} "
                   f"({device.describe().get('model')}), regimes {', '.join(regimes)}, {args.jobs} job(s)"
-                  f"{', tuning launch variants' if args.tune else ''}{', kernel times' if args.kernel_time else ''} → {args.out}")
+                  f"{', tuning launch variants' if args.tune else ''}{', kernel times' if args.kernel_time else ''}"
+                  f"{f', shard {args.shard} of the planned rows' if args.shard else ''} → {args.out}")
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn()]
     with _results_lock(out), Progress(*columns, console=console, transient=False, disable=args.no_progress) as progress:
@@ -275,6 +286,32 @@ def _run_summary(path: Path, workloads, console: Console) -> None:
     if results.rows:
         console.print()
         render_summary_terminal(results, console)
+
+
+# -- merge -----------------------------------------------------------------------------------------
+
+def cmd_merge(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
+    from .merge import merge_results, write_results
+
+    inputs = []
+    for value in args.inputs:
+        path = _input_file("results file", value)
+        if not path.exists():
+            raise NpuopsError(f"results file {value!r} does not exist; name the files `npuops run --out` wrote")
+        inputs.append(path)
+    out = _output_path("--output", args.output, create_parents=False)
+    merged = merge_results(inputs, force=args.force)
+    for line in merged.notes:
+        console.print(f"[yellow]warning:[/yellow] {escape(line)}", highlight=False)
+    write_results(out, merged.env, merged.rows)
+    overlap = (f"; {merged.overlaps} row key(s) in several files, the latest finished kept"
+               f" ({merged.differing} of them differed)" if merged.overlaps else "")
+    console.print(f"merged {len(inputs)} files: {len(merged.rows)} rows, {len(merged.env)} env record"
+                  f"{'s' if len(merged.env) != 1 else ''}"
+                  f"{overlap} → {escape(args.output)}", highlight=False)
+    return 0
 
 
 # -- report ----------------------------------------------------------------------------------------
@@ -422,8 +459,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel-time", action="store_true",
                    help="also record each measured call's device activity as the device's profiler reports it "
                         "(CUPTI on CUDA): first kernel start to last kernel end, no launch or event cost")
+    p.add_argument("--shard", type=shard, metavar="I/N",
+                   help="run only slice I of N of the planned rows (an implementation-workload pair with all its "
+                        "regimes goes to one slice, pairs dealt round-robin in a stable hashed order): N machines "
+                        "each run one slice, `npuops merge` joins their files")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("merge", help="join results files (the slices of a --shard run) into one")
+    p.add_argument("inputs", nargs="+", metavar="FILE", help="results files (.jsonl or .jsonl.gz)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="merged results file, written whole or not at all (gzip if it ends with .gz); "
+                        "it may be one of the inputs")
+    p.add_argument("--force", action="store_true",
+                   help="merge files of different git revisions or calibrations anyway")
+    p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("report", help="render a results file")
     p.add_argument("file", nargs="?", default=DEFAULT_RESULTS, help=f"results file (default {DEFAULT_RESULTS})")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import hashlib
 import multiprocessing as mp
 import os
 import socket
@@ -54,6 +55,70 @@ class Task:
 
 
 @dataclass(frozen=True)
+class Shard:
+    """Slice ``index`` of ``count`` (1-based) of a run's planned rows, so that N machines each run one
+    (``npuops run --shard I/N``) and ``npuops merge`` joins their files.
+
+    The unit dealt is an (op, workload, fingerprint, implementation) pair, with every regime of it:
+    the runner's task, whose regimes share one build, or the pair's rows skipped up front. Every pair
+    the plan considers is dealt, runnable here or not, so that which pairs a shard owns does not
+    depend on what the machine can run (graphs, installed compilers): machines that differ in that
+    still split the plan disjointly. The pairs are ordered by a stable hash of their key (SHA-256,
+    not Python's salted hash()) and dealt round-robin: slices differ by at most one pair, and an
+    op's implementations (ours, a compiled one, eager: runs of very different cost) are spread over
+    the slices rather than each landing on one, as dealing them in plan order would do whenever N
+    divides the number of implementations per op."""
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.count, int) and self.count >= 1):
+            raise ValueError(f"N must be a whole number of at least 1, got {self.count!r}")
+        if not (isinstance(self.index, int) and 1 <= self.index <= self.count):
+            raise ValueError(f"I must be a whole number from 1 to N={self.count}, got {self.index!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """``I/N``; a ValueError saying what is wrong and what would be right."""
+        parts = text.strip().split("/")
+        example = "e.g. 1/4 for the first of 4 slices"
+        if len(parts) != 2:
+            raise ValueError(f"expected I/N, the slice I of N (I from 1 to N), {example}; got {text!r}")
+        try:
+            index, count = (int(part) for part in parts)
+        except ValueError:
+            raise ValueError(f"expected I/N with whole numbers, {example}; got {text!r}") from None
+        if count < 1:
+            raise ValueError(f"N (the number of slices) must be at least 1, {example}; got {text!r}")
+        if not 1 <= index <= count:
+            raise ValueError(f"I must be from 1 to N={count} (slices are numbered from 1: "
+                             f"1/{count} ... {count}/{count}); got {text!r}")
+        return cls(index, count)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def _unit_key(op: str, workload: str, fingerprint: str, impl: str) -> str:
+    return f"{op}\x1f{workload}\x1f{fingerprint}\x1f{impl}"
+
+
+def shard_plan(tasks: Sequence[Task], skipped: Sequence[dict[str, Any]], shard: Shard | None
+               ) -> tuple[list[Task], list[dict[str, Any]]]:
+    """The tasks and skipped rows of :func:`plan` that ``shard`` owns (all where None), in plan order;
+    see :class:`Shard` for the rule."""
+    if shard is None or shard.count == 1:
+        return list(tasks), list(skipped)
+    units = {_unit_key(t.op, t.workload.id, t.workload.fingerprint, t.impl) for t in tasks}
+    units |= {_unit_key(r["op"], r["workload"], r["fingerprint"], r["impl"]) for r in skipped}
+    dealt = sorted(units, key=lambda key: (hashlib.sha256(key.encode()).hexdigest(), key))
+    mine = {key for i, key in enumerate(dealt) if i % shard.count == shard.index - 1}
+    return ([t for t in tasks if _unit_key(t.op, t.workload.id, t.workload.fingerprint, t.impl) in mine],
+            [r for r in skipped if _unit_key(r["op"], r["workload"], r["fingerprint"], r["impl"]) in mine])
+
+
+@dataclass(frozen=True)
 class RunOptions:
     device: str
     regimes: tuple[str, ...] = REGIMES
@@ -71,6 +136,7 @@ class RunOptions:
     tuning_graph_finalists: int = 3
     # Also read each measured call's device activity from the device's profiler (timing.kernel_time).
     kernel_time: bool = False
+    shard: Shard | None = None  # run only this slice of the plan (Shard says which rows)
 
 
 def base_row(op: Op, w: Workload, impl: Implementation, regime: str, device: str) -> dict[str, Any]:
@@ -424,10 +490,13 @@ class Runner:
         self.log_dir = self.results_path.with_name(self.results_path.name + ".logs")
         self.counts = {"ok": 0, "wrong": 0, "failed": 0, "skipped": 0, "resumed": 0}
         self.wrong: list[dict[str, Any]] = []  # rows of implementations that failed their check
+        self.planned = 0  # rows of the plan (of its shard, where sharded), those resumed included
 
     def run(self, workloads: Sequence[Workload], impl_names: Sequence[str] | None = None, argv: Sequence[str] = ()) -> dict[str, int]:
         device = self.registry.device(self.options.device)
-        tasks, skipped = plan(self.registry, workloads, impl_names, device, self.options.regimes)
+        tasks, skipped = shard_plan(*plan(self.registry, workloads, impl_names, device, self.options.regimes),
+                                    self.options.shard)
+        self.planned = sum(len(t.regimes) for t in tasks) + len(skipped)
         done = set() if self.options.rerun else read_results(self.results_path).keys()
         skipped_new = [r for r in skipped if row_key(r) not in done]
         todo = []
@@ -444,7 +513,10 @@ class Runner:
             if not todo and not skipped_new:
                 return self.counts
             run_id = uuid.uuid4().hex[:12]
-            writer.append(environment(self.registry, device, run_id, argv))
+            env = environment(self.registry, device, run_id, argv)
+            if self.options.shard is not None:
+                env["shard"] = str(self.options.shard)
+            writer.append(env)
 
             def record(row: dict[str, Any]) -> None:
                 row["run_id"] = run_id
