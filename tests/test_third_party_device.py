@@ -67,7 +67,7 @@ def test_the_torch_baselines_answer_from_the_device_s_capabilities(toy):
     answers = why_not(device)
     assert answers["torch_eager"] is None and answers["torch_compile"] is None
     assert "fakecuda" in answers["torch_compile_reduce_overhead"]
-    assert "compile_graphs" in answers["torch_compile_reduce_overhead"]
+    assert "reduce-overhead" in answers["torch_compile_reduce_overhead"]
 
     # The same device declaring more (or less) gets more (or fewer) baselines: no name is checked.
     device.compile_graphs = True
@@ -76,7 +76,7 @@ def test_the_torch_baselines_answer_from_the_device_s_capabilities(toy):
     answers = why_not(device)
     assert answers["torch_eager"] is None
     assert "torch.compile has no backend for fakecuda" in answers["torch_compile"]
-    assert "compile_graphs" in answers["torch_compile_reduce_overhead"]
+    assert "reduce-overhead" in answers["torch_compile_reduce_overhead"]
 
     # The built-in devices declare what they had by name: cuda all three, cpu no reduce-overhead.
     assert why_not(registry.devices["cuda"]) == dict.fromkeys(BASELINES)
@@ -99,4 +99,4 @@ def test_a_run_on_a_plugin_s_device_times_what_it_supports_and_skips_the_rest(to
     assert "needs device graphs, which fakecuda lacks" in rows[("torch_eager", "graph")]["reason"]
     for regime in ("eager", "graph"):
         row = rows[("torch_compile_reduce_overhead", regime)]
-        assert row["status"] == "skipped" and "compile_graphs" in row["reason"], row
+        assert row["status"] == "skipped" and "reduce-overhead" in row["reason"], row

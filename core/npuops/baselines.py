@@ -47,14 +47,13 @@ def _compiler(mode: str | None) -> Callable[..., Callable[..., Any]]:
 
 def _needs_compile(op: Op, w, device) -> str | None:
     if not device.compiles:
-        return f"torch.compile has no backend for {device.name} (the device does not declare compiles)"
+        return f"torch.compile has no backend for {device.name}"
     return None
 
 
 def _needs_compile_graphs(op: Op, w, device) -> str | None:
     if not device.compile_graphs:
-        return (f"reduce-overhead mode replays inductor's CUDA graphs, which {device.name} does not support "
-                "(the device does not declare compile_graphs)")
+        return f"reduce-overhead mode replays inductor's CUDA graphs, which {device.name} lacks"
     return None
 
 
