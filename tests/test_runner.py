@@ -326,3 +326,16 @@ def test_a_worker_s_start_up_does_not_count_against_its_task_s_timeout(monkeypat
     worker.enter("build")
     clock[0] += 2.0
     assert worker.task_seconds() == approx(2.0)  # the task's own time counts from its first stage
+
+
+def test_call_time_of_a_slow_call_keeps_to_the_budget():
+    """A call of a third of a second (a large convolution on a CPU) gets the samples its budget
+    allows, not call_loops of them: on a CPU run, call time must not take a task's whole timeout."""
+    from npuops.devices import CPUDevice
+    from npuops.timing import TimingOptions, call_time
+
+    options = TimingOptions(warmup_s=0.0, budget_s=0.5, call_loop_s=0.005, call_loops=5)
+    started = time.perf_counter()
+    timing = call_time(lambda: time.sleep(0.3), CPUDevice(), options)
+    assert timing.calls == 1 and 1 <= timing.n < options.call_loops and timing.median_ms >= 300
+    assert time.perf_counter() - started < 3.5  # warm-up (3 calls) and at most 3 samples
