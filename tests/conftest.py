@@ -151,3 +151,25 @@ def toy(plugins: PluginInstaller) -> PluginInstaller:
     plugins.monkeypatch.setenv("NPUOPS_DISABLE_PLUGINS", "norm,conv,pool,topk,example")
     return plugins
 
+
+
+@pytest.fixture
+def killed_after_first_row():
+    """``run(cmd, out)``: start the CLI command ``cmd`` writing results to ``out``, kill -9 its
+    process group once a row is finished (or after 120 s), and wait for it."""
+    import signal
+    import subprocess
+    import time
+
+    def run(cmd, out: Path) -> None:
+        proc = subprocess.Popen(cmd, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            if out.exists() and out.read_text().count('"status": "ok"') >= 1:
+                break
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    return run

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -68,19 +67,11 @@ def test_rerun_resumes_without_duplicates(toy, tmp_path):
     assert (tmp_path / "results.jsonl").read_text().count('"record": "row"') == first
 
 
-def test_kill_minus_9_loses_no_finished_row(toy, tmp_path):
+def test_kill_minus_9_loses_no_finished_row(toy, tmp_path, killed_after_first_row):
     out = tmp_path / "killed.jsonl"
     cmd = [sys.executable, "-m", "npuops.cli", "run", "--device", "cpu", "--op", "ToyScaleFwd",
            "--out", str(out), "--budget", "0.3", "--no-progress"]
-    proc = subprocess.Popen(cmd, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if out.exists() and out.read_text().count('"status": "ok"') >= 1:
-            break
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    killed_after_first_row(cmd, out)
     before = read_results(out)
     finished = {row_key(r) for r in before.rows}
     assert finished, "the run was killed before any row finished; nothing to check"

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import pytest
@@ -134,7 +132,7 @@ def test_merged_shards_equal_an_unsharded_run(toy, tmp_path):
     assert all(row["run_id"] in back.env for row in back.rows)
 
 
-def test_a_killed_shard_resumes_with_its_own_rows_only(toy, tmp_path):
+def test_a_killed_shard_resumes_with_its_own_rows_only(toy, tmp_path, killed_after_first_row):
     registry = load_registry()
     device = registry.device("cpu")
     shard = Shard(1, 2)
@@ -143,15 +141,7 @@ def test_a_killed_shard_resumes_with_its_own_rows_only(toy, tmp_path):
     out = tmp_path / "shard.jsonl"
     cmd = [sys.executable, "-m", "npuops.cli", "run", "--device", "cpu", "--op", "ToyScaleFwd", "--shard", str(shard),
            "--out", str(out), "--budget", "0.3", "--no-progress"]
-    proc = subprocess.Popen(cmd, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if out.exists() and out.read_text().count('"status": "ok"') >= 1:
-            break
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    killed_after_first_row(cmd, out)
     finished = read_results(out).keys()
     assert finished and finished < set(mine), "the kill came before any row or after every row"
     subprocess.run(cmd, env=os.environ.copy(), check=True, capture_output=True, timeout=300)
