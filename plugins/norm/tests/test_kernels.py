@@ -330,7 +330,7 @@ def test_rms_quant_rows_with_their_weight_take_the_absmax_with_the_sum_of_square
     """With the weight in registers (the rule), an RMS row's max |x w| (its max |y| times rms) is
     reduced with its sum of squares behind one barrier (a decode row: one cluster barrier), and q
     formed from x w without y; otherwise the absmax of y is a second reduction."""
-    from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
+    from npuops_norm.rowwise_kernel import rowwise_kernel
 
     spec = rowwise_kernel(RMS_QUANT, (rows, 16384), torch.bfloat16, prefetch=prefetch)
     source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
