@@ -521,26 +521,13 @@ _front_calls = threading.local()  # .recorder: the kernel calls made by the fron
 
 def _fast_call(function: DropIn, plan: _Plan, positions: tuple[int, ...]) -> Callable[[tuple], Any]:
     """What a front call of one signature came down to, as a function of the front's arguments:
-    ``function``'s ``plan`` launched on those at ``positions`` (as they are), its result returned as
-    it was; None where the inputs are not laid out for the kernel or it fails (the front's path
-    then runs, and says why)."""
-    take = operator.itemgetter(*positions)
-    single, several = function._single, len(positions) > 1
+    ``function``'s ``plan`` run on those at ``positions`` (as they are) by ``DropIn._run``, which
+    holds the layout checks, the launch and its fallbacks (a call the kernel cannot take runs the
+    plan's formulation, counted with its reason)."""
+    take, run, several = operator.itemgetter(*positions), function._run, len(positions) > 1
 
     def fast(values: tuple) -> Any:
-        tensors = take(values) if several else (take(values),)
-        for t in tensors:
-            if not t.is_contiguous() or t.data_ptr() % VECTOR_BYTES:
-                return None
-        launch = plan.launch
-        if launch is None:  # its kernel failed to launch since
-            return None
-        try:
-            outputs = launch(*tensors)
-        except Exception:  # noqa: BLE001 - the front's path launches again, then warns and falls back
-            return None
-        plan.launches += 1
-        return outputs if single else _pick(function.fn, outputs)
+        return run(None, take(values) if several else (take(values),), plan)
 
     return fast
 
@@ -578,8 +565,7 @@ def drop_in(front: Callable[..., Any]) -> Callable[..., Any]:
         except TypeError:  # an unhashable argument (a list): no fast path for it
             return front(*args, **kwargs)
         if fast is not None:
-            result = fast(values)
-            return front(*args, **kwargs) if result is None else result
+            return fast(values)
         outer = getattr(_front_calls, "recorder", None)
         _front_calls.recorder = recorded = []
         try:
