@@ -69,7 +69,8 @@ from functools import cached_property
 import torch
 from npuops import H200_SMS, KernelSpec, tilelang_dtype
 
-from .conv_kernel import ConvLaunch, Problem, _all, _source, gemm_variants, no_empty_split, ordered_sum, too_large
+from .conv_kernel import (ConvLaunch, Problem, _all, _source, gemm_variants, no_empty_split, ordered_sum,
+                          prim_func_over, too_large)
 from .ops._geometry import ConvGeometry
 
 F32 = "float32"
@@ -559,7 +560,7 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
 
     params, dtypes, outputs, returns = _dgrad_params(q, config, names)
     roles = ["dy", "w", *(["bias"] if q.bias else []), "y", *(["work"] if split else [])]
-    prim_func = _prim_func(params, dtypes, lambda a: body(a["dy"], a["w"], a.get("bias"), a["y"], a.get("work")), roles)
+    prim_func = prim_func_over(params, dtypes, lambda a: body(a["dy"], a["w"], a.get("bias"), a["y"], a.get("work")), roles)
     return KernelSpec(prim_func, params, outputs, returns,
                       {**config.as_dict(), "k_tiles": k_tiles, "phases": phases, "op": "dgrad"})
 
@@ -620,7 +621,7 @@ def _dgrad_direct(q: Grad, config: ConvLaunch, names) -> KernelSpec:
 
     params, dtypes, outputs, returns = _dgrad_params(q, config, names)
     roles = ["dy", "w", *(["bias"] if q.bias else []), "y"]
-    prim_func = _prim_func(params, dtypes, lambda a: body(a["dy"], a["w"], a.get("bias"), a["y"], None), roles)
+    prim_func = prim_func_over(params, dtypes, lambda a: body(a["dy"], a["w"], a.get("bias"), a["y"], None), roles)
     return KernelSpec(prim_func, params, outputs, returns, {**config.as_dict(), "phases": phases, "op": "dgrad"})
 
 
@@ -811,41 +812,9 @@ def _wgrad(q: Grad, config: ConvLaunch, emulate_gemm: bool = False) -> KernelSpe
     params, dtypes, outputs, returns = _wgrad_params(q, config)
     roles = ["x", "dy", "dw", *(["db"] if q.bias else []), *(["work"] if kind != "gemm" else []),
              *(["bwork"] if q.bias else [])]
-    prim_func = _prim_func(params, dtypes, run, roles)
+    prim_func = prim_func_over(params, dtypes, run, roles)
     extra = {"k_tiles": k_tiles, "aligned": aligned} if kind != "direct" else {}
     return KernelSpec(prim_func, params, outputs, returns, {**config.as_dict(), **extra, "op": "wgrad"})
 
 
 # -- prim_funcs of any parameter list --------------------------------------------------------------
-
-def _prim_func(params, dtypes, run, roles):
-    """A prim_func over ``params`` (name, shape) of ``dtypes`` whose body is ``run(tensors)``,
-    ``tensors`` the parameters by role (``roles``, one per parameter)."""
-    import tilelang.language as T
-
-    t = [T.Tensor(shape, tilelang_dtype(dtype)) for (_, shape), dtype in zip(params, dtypes, strict=True)]
-
-    def by_role(*args):
-        return dict(zip(roles, args, strict=True))
-
-    n = len(t)
-    # One prim_func per arity (TileLang reads the signature's annotations; names do not matter).
-    if n == 3:
-        @T.prim_func
-        def main(a0: t[0], a1: t[1], a2: t[2]):
-            run(by_role(a0, a1, a2))
-    elif n == 4:
-        @T.prim_func
-        def main(a0: t[0], a1: t[1], a2: t[2], a3: t[3]):
-            run(by_role(a0, a1, a2, a3))
-    elif n == 5:
-        @T.prim_func
-        def main(a0: t[0], a1: t[1], a2: t[2], a3: t[3], a4: t[4]):
-            run(by_role(a0, a1, a2, a3, a4))
-    elif n == 6:
-        @T.prim_func
-        def main(a0: t[0], a1: t[1], a2: t[2], a3: t[3], a4: t[4], a5: t[5]):
-            run(by_role(a0, a1, a2, a3, a4, a5))
-    else:  # pragma: no cover
-        raise AssertionError(n)
-    return main

@@ -587,43 +587,46 @@ def _launch_sizes() -> dict:
 def _prim_func(p: Problem, config: ConvLaunch, body, sizes: dict):
     """``body(X, Wt, Bias, XS, WS, Y, Work)`` as a prim_func over :func:`_params`' parameters
     (the ones a problem lacks passed as None), their named sizes ``sizes``' variables."""
-    import tilelang.language as T
-
     params, _ = _params(p, config)
     params = [(name, tuple(sizes[d] if isinstance(d, str) else d for d in shape)) for name, shape in params]
     dtypes = {"input": p.dtype, "weight": p.dtype, "bias": p.dtype, "x_scale": torch.float32,
               "w_scale": torch.float32, "output": p.out_dtype, "workspace": torch.float32}
-    names = tuple(name for name, _ in params)
-    shapes = dict(params)
-    t = {name: T.Tensor(shapes[name], tilelang_dtype(dtypes[name])) for name in names}
-    x_t, w_t, y_t = t["input"], t["weight"], t["output"]
-    b_t, xs_t, ws_t, work_t = t.get("bias"), t.get("x_scale"), t.get("w_scale"), t.get("workspace")
+    names = [name for name, _ in params]
 
-    # One prim_func per parameter list (TileLang reads the signature's annotations).
-    if names == ("input", "weight", "output"):
+    def run(t):
+        body(t["input"], t["weight"], t.get("bias"), t.get("x_scale"), t.get("w_scale"), t["output"], t.get("workspace"))
+
+    return prim_func_over(params, [dtypes[name] for name in names], run, names)
+
+
+def prim_func_over(params, dtypes, run, roles):
+    """A prim_func over ``params`` (name, shape) of ``dtypes`` whose body is ``run(tensors)``,
+    ``tensors`` the parameters by role (``roles``, one per parameter)."""
+    import tilelang.language as T
+
+    t = [T.Tensor(shape, tilelang_dtype(dtype)) for (_, shape), dtype in zip(params, dtypes, strict=True)]
+
+    def by_role(*args):
+        return dict(zip(roles, args, strict=True))
+
+    n = len(t)
+    # One prim_func per arity (TileLang reads the signature's annotations; names do not matter).
+    if n == 3:
         @T.prim_func
-        def main(input: x_t, weight: w_t, output: y_t):
-            body(input, weight, None, None, None, output, None)
-    elif names == ("input", "weight", "bias", "output"):
+        def main(a0: t[0], a1: t[1], a2: t[2]):
+            run(by_role(a0, a1, a2))
+    elif n == 4:
         @T.prim_func
-        def main(input: x_t, weight: w_t, bias: b_t, output: y_t):
-            body(input, weight, bias, None, None, output, None)
-    elif names == ("input", "weight", "x_scale", "w_scale", "output"):
+        def main(a0: t[0], a1: t[1], a2: t[2], a3: t[3]):
+            run(by_role(a0, a1, a2, a3))
+    elif n == 5:
         @T.prim_func
-        def main(input: x_t, weight: w_t, x_scale: xs_t, w_scale: ws_t, output: y_t):
-            body(input, weight, None, x_scale, w_scale, output, None)
-    elif names == ("input", "weight", "output", "workspace"):
+        def main(a0: t[0], a1: t[1], a2: t[2], a3: t[3], a4: t[4]):
+            run(by_role(a0, a1, a2, a3, a4))
+    elif n == 6:
         @T.prim_func
-        def main(input: x_t, weight: w_t, output: y_t, workspace: work_t):
-            body(input, weight, None, None, None, output, workspace)
-    elif names == ("input", "weight", "bias", "output", "workspace"):
-        @T.prim_func
-        def main(input: x_t, weight: w_t, bias: b_t, output: y_t, workspace: work_t):
-            body(input, weight, bias, None, None, output, workspace)
-    elif names == ("input", "weight", "x_scale", "w_scale", "output", "workspace"):
-        @T.prim_func
-        def main(input: x_t, weight: w_t, x_scale: xs_t, w_scale: ws_t, output: y_t, workspace: work_t):
-            body(input, weight, None, x_scale, w_scale, output, workspace)
+        def main(a0: t[0], a1: t[1], a2: t[2], a3: t[3], a4: t[4], a5: t[5]):
+            run(by_role(a0, a1, a2, a3, a4, a5))
     else:  # pragma: no cover
-        raise AssertionError(names)
+        raise AssertionError(n)
     return main
