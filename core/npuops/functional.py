@@ -14,9 +14,15 @@ Three paths, one computation:
   count or image size reuses a build.
 - **Traced calls** (``torch.compile``, tensor subclasses, functorch transforms) go through a
   ``torch.library`` custom op with a fake implementation (the torch formulation on fake tensors).
-- **Calls that need a gradient** go through the same custom op, whose backward is torch's
-  derivative of the op's formulation (recomputed from the saved inputs), or, for an op that updates
-  an input in place, run the formulation itself.
+- **Calls that need a gradient** go through the same custom op, whose backward is the function's
+  own (``OpFunction.backward``: backward ops of ours, themselves functions) where it has one,
+  else torch's derivative of the op's formulation (recomputed from the saved inputs); for an op
+  that updates an input in place, they run the formulation itself.
+
+An op that updates *state* in place (``OpFunction.state``: running statistics, which its
+differentiable outputs do not read) is defined functional: its custom op updates copies and
+returns them after the function's outputs, and the call copies them back, as torch's function
+updates its buffers. Torch registers a backward only for ops that mutate nothing.
 
 A function defined with a ``fallback`` (torch's own function with the op function's arguments) is
 a drop-in: an input the op cannot express (a dtype it has no name for, shapes its workload
@@ -72,6 +78,13 @@ class OpFunction:
     returns: tuple[int, ...] = (0,)
     fallback: Callable[..., Any] | None = None
     constants: tuple[tuple[str, Any], ...] = ()  # workload params every call has (not arguments)
+    # Inputs the op updates in place that are state, not values: see the module's docstring. The
+    # schema returns the function's outputs, then one tensor per state input.
+    state: tuple[str, ...] = ()
+    # The gradient of ours: backward(inputs by name, params by name, the custom op's outputs, their
+    # gradients) -> the gradient of each tensor input in order (None where it has none), or None
+    # where it does not cover the call (torch's derivative of the formulation runs).
+    backward: Callable[..., tuple | None] | None = None
 
     @property
     def qualname(self) -> str:
@@ -252,6 +265,7 @@ class _Plan:
     launch: Callable[..., Any] | None = None  # the kernel prepared for this signature, tensors positional
     launches: int = 0  # calls that ran it since reset_coverage(), counted here: one attribute on the hot path
     pending: tuple | None = None  # the build key whose kernel will replace a stand-in (see _kernel)
+    outside: bool = False  # the formulation is the function's fallback: the op cannot express these calls
 
 
 def _workload(fn: OpFunction, op, tensors: tuple, params: tuple) -> Workload:
@@ -284,7 +298,8 @@ def _plan(fn: OpFunction, described: tuple, devices: tuple, params: tuple) -> _P
             message = str(exc) if isinstance(exc, ValueError) else f"{fn.name}: {exc}"
             raise ValueError(message) from None
         fallback, given = fn.fallback, dict(params)
-        return _Plan(None, lambda **tensors: fallback(**tensors, **given), f"outside the op ({exc})", names)
+        return _Plan(None, lambda **tensors: fallback(**tensors, **given), f"outside the op ({exc})", names,
+                     outside=True)
     formulation = op.torch_impl(w)
     device = devices[0]
     if device.type != "cuda":
@@ -326,6 +341,10 @@ def _pick(fn: OpFunction, outputs: Any) -> Any:
     return picked[0] if len(picked) == 1 else picked
 
 
+def _as_tuple(outputs: Any) -> tuple:
+    return outputs if isinstance(outputs, tuple) else (outputs,)
+
+
 def _unaliased(outputs: Any, tensors: tuple) -> Any:
     """A custom op's outputs may not alias its inputs; kernels allocate theirs, a torch formulation
     may hand back a view: copy only those."""
@@ -351,9 +370,11 @@ class DropIn:
         self._defaults = tuple(default for _, default in fn.params)
         self._param_names = tuple(name for name, _ in fn.params)
         self._differentiable = not fn.mutates
-        self._single = fn.returns == (0,)  # a kernel's one output is returned as it is
+        # A kernel's one output is returned as it is (an op with state returns that too).
+        self._single = fn.returns == (0,) and not fn.state
         self._arity = len(fn.inputs) + len(fn.params)
         self._lists = "[" in fn.schema.split("->")[0]  # int[] parameters, which callers may give as lists
+        self._state = tuple(fn.inputs.index(name) for name in fn.state)  # positions of the state inputs
         self.custom_op = self._define_custom_op()
         _functions.append(self)
 
@@ -472,6 +493,8 @@ class DropIn:
         def compute(*args):
             args = self._complete(args, {})
             tensors = args[:self._tensor_count]
+            if self._state:
+                return _unaliased(self._on_state_copies(args), tensors)
             return _unaliased(self._run(args, tensors), tensors)
 
         def fake(*args):
@@ -480,6 +503,10 @@ class DropIn:
             # The workload needs concrete sizes (symbolic ones specialize here); the formulation
             # itself runs on the fake, possibly symbolic, tensors.
             plan = self._plan_for(args, traced=True)
+            if self._state:
+                copies = self._state_copies(tensors)
+                outputs = _pick(fn, plan.formulation(**dict(zip(plan.names, copies))))
+                return _unaliased((*_as_tuple(outputs), *(copies[i] for i in self._state)), tensors)
             return _unaliased(_pick(fn, plan.formulation(**dict(zip(plan.names, tensors)))), tensors)
 
         op = torch.library.custom_op(fn.qualname, compute, mutates_args=fn.mutates, schema=fn.schema)
@@ -488,31 +515,78 @@ class DropIn:
             op.register_autograd(self._backward, setup_context=self._setup_context)
         return op
 
+    def _state_copies(self, tensors: tuple) -> tuple:
+        return tuple(t.clone() if i in self._state else t for i, t in enumerate(tensors))
+
+    def _on_state_copies(self, args: tuple) -> tuple:
+        """The op run on copies of its state: (the function's outputs, the updated copies)."""
+        tensors = self._state_copies(args[:self._tensor_count])
+        outputs = self._run((*tensors, *args[self._tensor_count:]), tensors)
+        return (*_as_tuple(outputs), *(tensors[i] for i in self._state))
+
     def _setup_context(self, ctx, inputs, output):
         inputs = self._complete(tuple(inputs), {})
-        ctx.save_for_backward(*inputs[:self._tensor_count])
+        tensors = inputs[:self._tensor_count]
+        # State is copied back into its tensors as soon as the op returns: saved, it would fail
+        # autograd's check that saved tensors are unchanged. Its values enter no gradient.
+        ctx.state_like = {i: (tensors[i].shape, tensors[i].dtype, tensors[i].device) for i in self._state}
+        outputs = _as_tuple(output) if self.fn.backward is not None else ()
+        ctx.save_for_backward(*(None if i in self._state else t for i, t in enumerate(tensors)), *outputs)
         ctx.params = inputs[self._tensor_count:]
 
     def _backward(self, ctx, *grads):
-        """Torch's derivative of the op's formulation, recomputed from the saved inputs."""
+        """The function's own backward (``OpFunction.backward``) where the call ran the op and it
+        covers the call, else torch's derivative of the op's formulation, recomputed from the saved
+        inputs."""
         saved = ctx.saved_tensors
+        saved, outputs = list(saved[:self._tensor_count]), saved[self._tensor_count:]
+        for i, (shape, dtype, device) in ctx.state_like.items():  # any values: the gradient reads none
+            saved[i] = torch.zeros(shape, dtype=dtype, device=device)
         wanted = [i for i, needs in enumerate(ctx.needs_input_grad[:self._tensor_count]) if needs]
         plan = self._plan_for((*saved, *ctx.params), traced=True)
+        result = [None] * (self._tensor_count + len(ctx.params))
+        if self.fn.backward is not None and not plan.outside:
+            ours = self.fn.backward(dict(zip(self.fn.inputs, saved)), dict(zip(self._param_names, ctx.params)),
+                                    outputs, grads)
+            if ours is not None:
+                for i in wanted:
+                    result[i] = ours[i]
+                return tuple(result)
         with torch.enable_grad():
             inputs = [t.detach().requires_grad_(i in wanted) for i, t in enumerate(saved)]
-            outputs = _pick(self.fn, plan.formulation(**dict(zip(plan.names, inputs))))
-            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+            outputs = _as_tuple(_pick(self.fn, plan.formulation(**dict(zip(plan.names, inputs)))))
             pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
             found = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in wanted],
                                         [g for _, g in pairs], allow_unused=True) if pairs else [None] * len(wanted)
-        result = [None] * (self._tensor_count + len(ctx.params))
         for i, g in zip(wanted, found):
             result[i] = g
         return tuple(result)
 
 
+class _StatefulDropIn(DropIn):
+    """A function whose op updates state in place (see the module's docstring): every call runs the
+    functional form, eager calls without the custom op, and copies the updated state back."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = self._complete(args, kwargs)
+        tensors = args[:self._tensor_count]
+        if (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
+                or any(type(t) not in _PLAIN for t in tensors) or self._wants_grad(tensors)):
+            outputs = self.custom_op(*args)
+        else:
+            outputs = self._on_state_copies(args)
+        returned = len(outputs) - len(self._state)
+        with torch.no_grad():
+            for i, updated in zip(self._state, outputs[returned:]):
+                tensors[i].copy_(updated)
+        return outputs[0] if returned == 1 else tuple(outputs[:returned])
+
+
 def define_function(fn: OpFunction) -> DropIn:
-    return DropIn(fn)
+    if fn.state and (fn.mutates or not set(fn.state) <= set(fn.inputs)):
+        raise ValueError(f"{fn.name}: state {list(fn.state)} must name tensor inputs {list(fn.inputs)}, and an op "
+                         f"with state is defined functional (mutates=(), not {list(fn.mutates)})")
+    return (_StatefulDropIn if fn.state else DropIn)(fn)
 
 
 # -- fronts ---------------------------------------------------------------------------------------

@@ -364,7 +364,7 @@ BAD_WORKLOADS = [
     ("InstanceNormBwd", {"x": (2, 4)}, {}, "'x'"),
     ("GroupNormFwd", {"x": (2, 8, 3)}, {"num_groups": 3, "affine": False}, "'num_groups'"),
     ("GroupNormFwd", {"x": (2, 8, 3)}, {"num_groups": "4", "affine": False}, "'num_groups'"),
-    ("GroupNormBwd", {"x": (2, 8, 3), "weight": (8,)}, {"num_groups": 4}, "'bias'"),
+    ("GroupNormBwd", {"x": (2, 8, 3), "bias": (8,)}, {"num_groups": 4}, "'weight'"),  # the bias it may leave out
     ("RMSNormBwd", {"x": (4, 64)}, {"normalized_shape": [32]}, "'normalized_shape'"),
     ("LayerNormBwd", {"x": (4, 64)}, {"normalized_shape": [4, 64]}, "'normalized_shape'"),
     ("LayerNormBwd", {"x": (4, 64), "weight": (64,)}, {}, "weight"),

@@ -29,7 +29,7 @@ class GroupNormOp(ChannelKernelOp):
         groups, c = cfg["num_groups"], w.shapes["x"][1]
         if groups < 1 or c % groups:
             raise WorkloadError(f"{self.name} {w.id}: param 'num_groups' = {groups} must be >= 1 and divide C = {c}")
-        check_optional_pair(self, w, ("weight", "bias"), "affine", cfg["affine"])
+        check_optional_pair(self, w, ("weight", "bias"), "affine", cfg["affine"], self.affine_needed)
 
     def channel_norm(self, w):
         from ..channel_kernel import ChannelNorm

@@ -26,7 +26,7 @@ class InstanceNormOp(ChannelKernelOp):
 
     def check_workload(self, w, cfg):
         check_x_rank(self, w, 3, "[N, C, *spatial]")
-        check_optional_pair(self, w, ("weight", "bias"), "affine", cfg["affine"])
+        check_optional_pair(self, w, ("weight", "bias"), "affine", cfg["affine"], self.affine_needed)
         check_optional_pair(self, w, ("running_mean", "running_var"), "running_stats", cfg["running_stats"])
 
     def channel_norm(self, w):

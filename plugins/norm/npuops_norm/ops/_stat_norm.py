@@ -96,15 +96,17 @@ def check_x_rank(op: Op, w, least: int, layout: str) -> None:
         raise WorkloadError(f"{op.name} {w.id}: shape of 'x' {list(w.shapes['x'])} must be {layout}")
 
 
-def check_optional_pair(op: Op, w, names: tuple[str, str], flag: str, enabled: bool) -> None:
-    """``names`` appear in ``shapes`` exactly when param ``flag`` is true, each shaped [C]."""
+def check_optional_pair(op: Op, w, names: tuple[str, str], flag: str, enabled: bool,
+                        needed: tuple[str, ...] | None = None) -> None:
+    """``names`` appear in ``shapes`` only when param ``flag`` is true, each shaped [C], and those
+    ``needed`` (default: all) then must."""
     c = channels(w)
     for name in names:
-        if enabled and name not in w.shapes:
+        if enabled and name not in w.shapes and name in (names if needed is None else needed):
             raise WorkloadError(f"{op.name} {w.id}: param {flag!r} is true, so 'shapes' needs {name!r} = [{c}]")
         if not enabled and name in w.shapes:
             raise WorkloadError(f"{op.name} {w.id}: 'shapes' has {name!r} but param {flag!r} is false; drop it")
-        if enabled and tuple(w.shapes[name]) != (c,):
+        if enabled and name in w.shapes and tuple(w.shapes[name]) != (c,):
             raise WorkloadError(
                 f"{op.name} {w.id}: shape of {name!r} {list(w.shapes[name])} must be [{c}] (x's channels)"
             )
@@ -114,6 +116,10 @@ class ChannelKernelOp(StatNormOp):
     """A channel norm (batch, instance or group norm) with our kernels (channel_kernel): the op
     says what its workload is as a :class:`~npuops_norm.channel_kernel.ChannelNorm` and how the
     kernels' results make its outputs (``kernel_outputs``)."""
+
+    # The affine tensors an affine workload must name: a backward reads no bias (its workloads may
+    # name one to describe the forward; a gradient function has none to give).
+    affine_needed: ClassVar[tuple[str, ...]] = ("weight", "bias")
 
     kernel_description = ("TileLang channel-norm kernels: per-block partial sums, a fixed-order combine, "
                           "an elementwise pass")

@@ -29,6 +29,7 @@ class GroupNormBwd(GroupNormOp):
     name = "GroupNormBwd"
     summary = "Backward of group norm: grad input (and weight, bias when affine)"
     flops_per_element = 7
+    affine_needed = ("weight",)
 
     def kernel_outputs(self, w, run):
         def group_norm_backward(grad_out, x, mean, rstd, weight=None):

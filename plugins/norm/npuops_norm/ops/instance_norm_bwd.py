@@ -29,6 +29,7 @@ class InstanceNormBwd(InstanceNormOp):
     name = "InstanceNormBwd"
     summary = "Backward of instance norm: grad input (and weight, bias when affine)"
     flops_per_element = 7
+    affine_needed = ("weight",)
 
     def kernel_outputs(self, w, run):
         def instance_norm_backward(grad_out, x, save_mean, save_invstd, weight=None):

@@ -7,6 +7,11 @@ from ._rowwise import at_least_f32
 from ._rowwise_backward import RowwiseBackwardOp
 
 
+def rms_rstd(x, dims, eps):
+    """1/sqrt(mean(x², dims) + eps), kept dims, in f32 (f64 for f64 x): the statistic RMSNormBwd takes."""
+    return torch.rsqrt(at_least_f32(x).square().mean(dims, keepdim=True) + eps)
+
+
 def rms_norm_backward_formula(grad_out, x, rstd, weight, dims):
     """The backward written out, in f32 (f64 for f64 inputs) as ATen's decomposition computes it."""
     dy = at_least_f32(grad_out)
@@ -47,8 +52,7 @@ class RMSNormBwd(RowwiseBackwardOp):
 
     def make_inputs(self, w, rng):
         inputs = self.grad_x_weight(w, rng)
-        mean_square = at_least_f32(inputs["x"]).square().mean(self.normalized_dims(w), keepdim=True)
-        return {**inputs, "rstd": torch.rsqrt(mean_square + self.config(w)["eps"])}
+        return {**inputs, "rstd": rms_rstd(inputs["x"], self.normalized_dims(w), self.config(w)["eps"])}
 
     def torch_impl(self, w):
         normalized_shape, dims = self.normalized_shape(w), self.normalized_dims(w)
