@@ -69,15 +69,31 @@ _group_norm_grads = {
 # tensor input (see npuops.OpFunction.backward). Autograd may hand over a gradient with any strides
 # (an expanded one from .sum()); our kernels take contiguous ones, as torch's backward kernels make
 # them.
+def _as_rows(x, grad_out):
+    """x and grad_out as [rows, hidden] (the backward ops sum the affine's gradient over row dims,
+    which a call over every dim of x has none of), or None for an empty x (torch's derivative)."""
+    if x.numel() == 0:
+        return None
+    return x.reshape(-1, x.shape[-1]), grad_out.reshape(-1, x.shape[-1]).contiguous()
+
+
 def _rms_norm_backward(inputs, params, outputs, grads):
-    x = inputs["x"]  # the row kernel saves no statistic: rstd recomputed
-    return _rms_norm_grads(grads[0].contiguous(), x, inputs["weight"], rms_rstd(x, -1, params["eps"]))
+    x, rows = inputs["x"], _as_rows(inputs["x"], grads[0])
+    if rows is None:
+        return None
+    x_rows, grad_rows = rows  # the row kernel saves no statistic: rstd recomputed
+    grad_x, grad_weight = _rms_norm_grads(grad_rows, x_rows, inputs["weight"], rms_rstd(x_rows, -1, params["eps"]))
+    return grad_x.view(x.shape), grad_weight
 
 
 def _layer_norm_backward(inputs, params, outputs, grads):
-    x = inputs["x"]
-    mean, rstd = mean_invstd(x, -1, params["eps"], keepdim=True)
-    return _layer_norm_grads(grads[0].contiguous(), x, inputs["weight"], inputs["bias"], mean, rstd)
+    x, rows = inputs["x"], _as_rows(inputs["x"], grads[0])
+    if rows is None:
+        return None
+    x_rows, grad_rows = rows
+    mean, rstd = mean_invstd(x_rows, -1, params["eps"], keepdim=True)
+    grad_x, grad_weight, grad_bias = _layer_norm_grads(grad_rows, x_rows, inputs["weight"], inputs["bias"], mean, rstd)
+    return grad_x.view(x.shape), grad_weight, grad_bias
 
 
 # The ops behind the drop-ins: rows normalized over their last dim. Calls the op cannot express
