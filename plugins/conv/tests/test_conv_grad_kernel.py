@@ -190,7 +190,7 @@ def run_cpu(spec, **inputs):
 def dgrad_reference(g, dy, w, bias=None):
     """fp32 data gradient (+ bias) of channels-last dy and w, channels-last."""
     dx = torch.ops.aten.convolution_backward(
-        dy.float().movedim(-1, 1), torch.empty(1).expand(g.input_shape), w.float().movedim(-1, 1), None,
+        dy.float().movedim(-1, 1), torch.empty(1, device=dy.device).expand(g.input_shape), w.float().movedim(-1, 1), None,
         list(g.stride), list(g.pad_before), list(g.dilation), False, [0] * len(g.stride), g.groups,
         [True, False, False])[0].movedim(1, -1)
     return dx if bias is None else dx + bias.float()
@@ -199,7 +199,7 @@ def dgrad_reference(g, dy, w, bias=None):
 def wgrad_reference(g, x, dy):
     """fp32 (grad_weight channels-last, grad_bias) of channels-last x and dy."""
     _, dw, db = torch.ops.aten.convolution_backward(
-        dy.float().movedim(-1, 1), x.float().movedim(-1, 1), torch.empty(1).expand(g.weight_shape),
+        dy.float().movedim(-1, 1), x.float().movedim(-1, 1), torch.empty(1, device=x.device).expand(g.weight_shape),
         [g.out_channels], list(g.stride), list(g.pad_before), list(g.dilation), False, [0] * len(g.stride), g.groups,
         [False, True, True])
     return dw.movedim(1, -1), db
