@@ -204,17 +204,16 @@ def gemm_block_K(p: Problem) -> int:
 
 def default_launch(p: Problem) -> ConvLaunch:
     """The rule-based default for any shape: the direct kernel for depthwise / thin groups, else a
-    GEMM whose tiles fill the GPU (measured on the H200 with TileLang's conv example: (64, 128, 64),
-    4 stages, 256 threads for small maps; (128, 256, 64), 3 stages for 256 -> 512 at 112^2),
-    split-K where few output tiles face a deep K."""
+    GEMM whose tiles fill the GPU ((64, 128, 64), 4 stages, 256 threads for small maps; 128-row
+    tiles, 3 stages where those still fill the GPU: not 128 x 256, whose warp-specialized build
+    caps its consumers at 128 registers a thread, all of them taken by the accumulator, so it spills
+    and ran 6x behind cuDNN on the H100), split-K where few output tiles face a deep K."""
     g = p.geometry
     if not p.fp8 and (p.cg == 1 or p.og < MIN_GEMM_COLUMNS):
         return direct_launch(p)
     block_K = gemm_block_K(p)
     block_N = 32 if p.og <= 32 else 64 if p.og <= 64 else 128
-    if p.og >= 256 and _tiles(p, 128, 256) >= H200_SMS:
-        block_M, block_N, stages = 128, 256, 3
-    elif _tiles(p, 128, block_N) >= H200_SMS:
+    if _tiles(p, 128, block_N) >= H200_SMS:
         block_M, stages = 128, 3
     else:
         block_M, stages = 64, 4
