@@ -205,8 +205,8 @@ def _instance_norm_backward(inputs, params, outputs, grads):
     affine = weight is not None
     found = _instance_norm_grads[affine](grads[0].contiguous(), x, save_mean, save_invstd,
                                          *([weight] if affine else []), params["eps"])
-    grads_in = found if affine else (found,)
-    return (*grads_in, *[None] * ("running_mean" in inputs) * 2)
+    running = (None, None) if "running_mean" in inputs else ()  # state: no gradient
+    return (*(found if affine else (found,)), *running)
 
 
 def _group_norm_backward(inputs, params, outputs, grads):
@@ -249,8 +249,8 @@ def _channel_input(input, least_dims: int) -> bool:
 
 
 def _per_channel(input, *tensors, dtypes=None) -> bool:
-    """Each of ``tensors`` a tensor of [C] on ``input``'s device, needing no gradient of its own
-    where it is state, in one of ``dtypes`` (default: any floating dtype)."""
+    """Each of ``tensors`` a floating tensor of [C] on ``input``'s device, in one of ``dtypes``
+    (default: any)."""
     c = input.shape[1]
     return all(isinstance(t, torch.Tensor) and t.shape == (c,) and t.device == input.device
                and t.is_floating_point() and (dtypes is None or t.dtype in dtypes) for t in tensors)
