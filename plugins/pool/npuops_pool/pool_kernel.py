@@ -33,11 +33,13 @@ drops the barrier before a loop that runs on part of the block); a kernel has on
 (the CPU target's limit). TileLang is imported when a kernel is built.
 """
 
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
 import torch
-from npuops import VECTOR_BYTES, KernelSpec, interleaved_vectors, thread_owned, tilelang_dtype
+from npuops import VECTOR_BYTES, KernelKey, KernelSpec, interleaved_vectors, thread_owned, tilelang_dtype, wide_indices
 
 F32 = "float32"
 BLOCK = 256  # threads per block of the window kernels
@@ -91,6 +93,7 @@ class Pooling:
     adaptive: bool = False
     count_include_pad: bool = True
     divisor_override: int | None = None
+    ceil_mode: bool = False  # how the output sizes follow from the input's (a kernel given sizes at launch derives them)
 
 
 def _as_3d(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
@@ -163,11 +166,16 @@ def default_tile(spec: Pooling, dtype: torch.dtype, outputs: int = OUTPUTS_PER_B
 def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, kernel: str | None = None,
                 threads: int | None = None, rows: int | None = None, cols: int | None = None,
                 predicated: bool = False, outputs: int | None = None, staged: bool = True,
-                lanes: int | None = None, march: int = 1) -> KernelSpec:
+                lanes: int | None = None, march: int = 1, groups: int | None = None) -> KernelSpec:
     """The kernel for ``spec``: the default's, or the one a launch config from
     :func:`launch_variants` names (``rows`` x ``cols`` is the tile of a "rows" kernel)."""
     if kernel is None:
-        return pool_kernel(spec, input_shape, dtype, **launch_variants(spec, dtype)[0])
+        return pool_kernel(spec, input_shape, dtype, **launch_variants(spec, input_shape, dtype)[0])
+    if kernel == SIZES_AT_LAUNCH:
+        problem = sized_unsupported(spec, input_shape, dtype)
+        if problem:
+            raise ValueError(f"the {SIZES_AT_LAUNCH} kernel does not take {spec}: {problem}")
+        return sizes_at_launch_kernel(spec, dtype, sized_launch(spec, input_shape, dtype, threads, groups, outputs))
     if kernel == "planes":
         return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK, staged)
     if kernel == "lanes":
@@ -182,8 +190,30 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
     return window_kernel(spec, input_shape, dtype, threads or BLOCK, predicated, outputs or 1)
 
 
-def launch_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
-    """Launch configs ``npuops run --tune`` chooses among, the default first."""
+def kernel_key(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, **config) -> KernelKey:
+    """What one build of :func:`pool_kernel` (of the default launch, or ``config``'s) serves. The
+    sizes-at-launch kernel: every workload of the geometry, dtype and size classes (``vector``,
+    ``wide``: the ``shared`` part, whose builds compute one another's workloads) and launch class
+    (its tile). The others are built for one shape: the key names it."""
+    config = config or launch_variants(spec, input_shape, dtype)[0]
+    if config["kernel"] == SIZES_AT_LAUNCH:
+        launch = sized_launch(spec, input_shape, dtype, config.get("threads"), config.get("groups"),
+                              config.get("outputs"))
+        return KernelKey((unsized(spec), dtype, launch["vector"], launch["wide"]),
+                         (launch["threads"], launch["groups"], launch["outputs"]))
+    return KernelKey((spec, tuple(input_shape), dtype), tuple(sorted(config.items())))
+
+
+def launch_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> list[dict]:
+    """Launch configs ``npuops run --tune`` chooses among, the default first: the sizes-at-launch
+    kernel's where it takes the workload (one build for many sizes: the functions for model code
+    call the default), then the kernels built for its shape (:func:`shape_variants`), which the
+    tuned configs name and a GPU run compares it with."""
+    return sized_variants(spec, input_shape, dtype) + shape_variants(spec, dtype)
+
+
+def shape_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
+    """Launch configs of the kernels built for one shape (the sizes in ``spec``), their default first."""
     if stages_planes(spec, dtype, PLANES_PER_BLOCK):
         unstaged = [{"kernel": "planes", "threads": t, "staged": False} for t in (PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK)
                     ] if loads_planes_whole(spec, dtype) else []
@@ -674,6 +704,219 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
         {"output": dtype},
         (("output", (*input_shape[:2], *spec.spatial_out)),),
         {"kernel": "vectors", "threads": block, "outputs": outputs, "span": span, "march": march},
+    )
+
+
+# -- sliding windows with their sizes given at launch ---------------------------------------------
+SIZES_AT_LAUNCH = "sizes_at_launch"
+SIZE_NAMES = ("D", "H", "W")  # the input's spatial sizes (3-d view) as the kernel takes them at launch
+OUT_NAMES = ("oD", "oH", "oW")
+GRID_YZ_LIMIT = 65535  # CUDA's limit on gridDim.y and gridDim.z
+BLOCK_SMALL = 128  # threads per block, as the vectors kernel's default launch
+# Threads a block puts along an output row (``groups``), each taking ``outputs`` adjacent outputs;
+# the block's other threads take further planes. Rows of whole vectors: four threads of four or
+# more outputs, 16-byte loads, so that a warp reads runs of 64 contiguous bytes and a column tile
+# of 16 or so outputs idles at most three threads at a row's end. Other rows: a load a tap, so a
+# thread an output (as the window kernel) and 16 along a row, so that a warp's load reads 16
+# taps a stride apart (a thread of several outputs reads its taps a span apart: 4x the sectors).
+# With fewer planes than a block then takes (a batch of one image of few channels), a row takes
+# the block: FEW_PLANES_GROUPS.
+ROW_GROUPS = {"vectors": 4, "taps": 16}
+FEW_PLANES_GROUPS = 32
+
+
+def unsized(spec: Pooling) -> Pooling:
+    """``spec`` without its sizes: what the sizes-at-launch kernel's code may depend on."""
+    rank = len(spec.spatial_in)
+    return dataclasses.replace(spec, spatial_in=(0,) * rank, spatial_out=(0,) * rank)
+
+
+def output_sizes(spec: Pooling, sizes) -> tuple[int, ...]:
+    """The pooled sizes of input sizes ``sizes`` (one per spatial dim), as PyTorch computes them."""
+    from .ops._pooling import pooled_length
+
+    return tuple(pooled_length(n, k, s, p, d, spec.ceil_mode)
+                 for n, k, s, p, d in zip(sizes, spec.kernel, spec.stride, spec.padding, spec.dilation, strict=True))
+
+
+def sized_launch(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, threads: int | None = None,
+                 groups: int | None = None, outputs: int | None = None) -> dict:
+    """The sizes-at-launch kernel's launch for a workload: the config (``threads``, ``groups``
+    along an output row, ``outputs`` a thread) and the decisions its code takes from the sizes,
+    each a class of them: ``vector``, the elements a load takes (16 bytes where rows are whole
+    vectors, else 1), and ``wide``, whether indices need 64 bits."""
+    vector = VECTOR_BYTES // dtype.itemsize
+    if spec.spatial_in[-1] % vector:
+        vector = 1
+    # Outputs a thread: their first taps must be whole vectors apart (a multiple of ``step``).
+    step = vector // math.gcd(vector, _sliding(spec)[1][2])
+    outputs = outputs or (step * -(-4 // step) if vector > 1 else 1)
+    threads = threads or BLOCK_SMALL
+    row_groups = ROW_GROUPS["vectors" if vector > 1 else "taps"]
+    few_planes = math.prod(input_shape[:2]) < threads // row_groups
+    groups = groups or (FEW_PLANES_GROUPS if few_planes else row_groups)
+    if outputs % step or threads % groups:
+        raise ValueError(f"outputs must be a multiple of {step} and groups a divisor of threads ({threads}), "
+                         f"got {outputs} and {groups}")
+    wide = wide_indices(input_shape) or wide_indices((*input_shape[:2], *spec.spatial_out))
+    return {"kernel": SIZES_AT_LAUNCH, "threads": threads, "groups": groups, "outputs": outputs, "vector": vector,
+            "wide": wide}
+
+
+def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> str | None:
+    """Why the sizes-at-launch kernel does not take a workload (None: it does): it takes sliding
+    windows that are not the whole input, on grids within CUDA's limits: a grid row per output row,
+    a grid layer per output depth (3-d) or column tile (1-d and 2-d) of its smallest tiles, so that
+    every launch class of its key takes it."""
+    if spec.adaptive or covers_whole_input(spec):
+        return "adaptive and whole-input windows take kernels of their own"
+    oD, oH, oW = _as_3d(spec.spatial_out, 1)
+    launch = sized_launch(spec, input_shape, dtype)
+    narrowest = min(ROW_GROUPS.values()) * launch["outputs"]
+    layers = oD if len(spec.spatial_out) == 3 else -(-oW // narrowest)
+    if max(oH, layers) > GRID_YZ_LIMIT:
+        return f"output sizes {spec.spatial_out} need more than {GRID_YZ_LIMIT} grid rows or layers"
+    return None
+
+
+def sized_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> list[dict]:
+    """The sizes-at-launch kernel's launch configs, its default first (none: it does not take
+    the workload): both row classes, whichever the planes would pick."""
+    if sized_unsupported(spec, input_shape, dtype):
+        return []
+    first = sized_launch(spec, input_shape, dtype)["groups"]
+    return [{"kernel": SIZES_AT_LAUNCH, "threads": BLOCK_SMALL, "groups": g}
+            for g in dict.fromkeys((first, *ROW_GROUPS.values(), FEW_PLANES_GROUPS))]
+
+
+def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> KernelSpec:
+    """Sliding windows, one build for every size of a launch class (:func:`kernel_key`): the
+    planes (N * C), the input's and the output's spatial sizes come at launch (``T.dynamic``),
+    the window, the dtype and the tile are built in.
+
+    The grid gives each block its coordinates, so that no thread divides by a size: x the block
+    of ``threads / groups`` planes, y the output row, z the column tile of ``groups * outputs``
+    outputs (1-d, 2-d) or the output depth (3-d, whose blocks walk their row's column tiles). A
+    thread takes ``outputs`` adjacent outputs of a row and computes them as the vectors kernel
+    does: per window row it loads the input its windows span into registers, 16-byte vectors
+    where rows are whole vectors (``vector``: the kernel assumes the row length a multiple of it),
+    a load a tap otherwise; a load past the input's edge is made from a clamped address (the
+    reduction's identity, or for a max of contiguous taps the nearest element, which the window
+    holds already), so no tap needs a mask; then it reduces each window there."""
+    import tilelang.language as T
+
+    spec = unsized(spec)  # built from the geometry alone: every size of the key runs this code
+    dt, at = tilelang_dtype(dtype), accumulator_dtype(spec, dtype)
+    rank = len(spec.spatial_in)
+    index = "int64" if launch["wide"] else "int32"
+    planes = T.dynamic("planes", index)
+    ins = tuple(T.dynamic(name, index) for name in SIZE_NAMES[3 - rank:])
+    outs = tuple(T.dynamic(name, index) for name in OUT_NAMES[3 - rank:])
+    sizes = D, H, W = _as_3d(ins, 1)
+    oD, oH, oW = _as_3d(outs, 1)
+    taps_, stride, padding, dilation = _sliding(spec)
+    (kD, kH, kW), (_, _, sW), (_, _, pW), (_, _, dW) = taps_, stride, padding, dilation
+    block, groups, outputs, vector = (launch[k] for k in ("threads", "groups", "outputs", "vector"))
+    per_block = block // groups  # planes a block takes
+    cols = groups * outputs  # output columns of a tile
+    lead = -(-pW // vector) * vector  # columns loaded left of a thread's first window's start + pW
+    span = -(-(lead - pW + (outputs - 1) * sW + (kW - 1) * dW + 1) // vector) * vector
+    identity = _identity(spec, at)
+    masks_rows = not clamps_into_window(spec, (0, 1))
+    masks_cols = not clamps_into_window(spec, (2,))  # a tap a load (vector 1): the nearest element serves a max
+
+    def at_(plane, d, h, w):
+        """The input's (or output's) index of element (d, h, w) of ``plane``: the tensor's own rank."""
+        return (plane, *(d, h, w)[3 - rank:])
+
+    def tap(o, dim, k=0):
+        """Input position along ``dim`` (0: depth, 1: height, 2: width) of tap k of output o's window."""
+        return o * stride[dim] - padding[dim] + k * dilation[dim]
+
+    def clamped(x, n):
+        return T.max(T.min(x, n - 1), 0)
+
+    positive = functools.reduce(T.And, [size > 0 for size in (planes, *ins, *outs)])
+    whole_vectors = W % vector == 0
+
+    @T.prim_func
+    def main(X: T.Tensor((planes, *ins), dt), Y: T.Tensor((planes, *outs), dt)):
+        with T.Kernel(T.ceildiv(planes, per_block), oH, oD if rank == 3 else T.ceildiv(oW, cols), threads=block,
+                      prelude=prelude(spec)) as (bx, by, bz):
+            # Known to the simplifier: positive sizes, and rows of whole vectors (vectorized loads;
+            # an assumption of its own: the vectorizer does not split a conjunction).
+            T.evaluate(T.assume(positive))
+            T.evaluate(T.assume(whole_vectors))
+            # Thread t holds taps[:, t, :] (a depth slice's window rows), acc[t] and result[t].
+            taps = T.alloc_fragment((kH, block, span), dt)
+            acc = T.alloc_fragment((block, outputs), at)
+            result = T.alloc_fragment((block, outputs), dt)
+            T.annotate_layout({taps: thread_owned((kH, block, span), 1), acc: thread_owned((block, outputs), 0),
+                               result: thread_owned((block, outputs), 0)})
+            part, v = T.alloc_var(at), T.alloc_var(at)  # part: a slice's taps reduced; v: a tap, cast once
+            column = T.alloc_var(index)  # a tap's input column (vector 1)
+            oh, od = by, bz if rank == 3 else 0
+            for step in T.serial(T.ceildiv(oW, cols) if rank == 3 else 1):
+                tile = step if rank == 3 else bz
+                for t, c in T.Parallel(block, outputs):
+                    acc[t, c] = identity
+                for i in T.unroll(kD):
+                    for r in T.unroll(kH):
+                        for t, e in T.Parallel(block, span):
+                            plane = T.min(bx * per_block + t // groups, planes - 1)
+                            d, h = tap(od, 0, i), tap(oh, 1, r)
+                            rows_inside = (d >= 0) & (d < D) & (h >= 0) & (h < H) if masks_rows else True
+                            if vector > 1:
+                                # Whole vectors, counted from the thread's first (``lead``: left of its
+                                # first window), each loaded from a clamped address and then kept or
+                                # replaced by the identity, as the vectors kernel loads them.
+                                chunk = (tile * groups + t % groups) * (outputs * sW // vector) - lead // vector + e // vector
+                                w = clamped(chunk, W // vector) * vector + e % vector
+                                value = X[at_(plane, clamped(d, D), clamped(h, H), w)]
+                                inside = rows_inside & (chunk >= 0) & (chunk < W // vector)
+                                taps[r, t, e] = T.if_then_else(inside, value, T.Cast(dt, identity))
+                            else:
+                                # A load a tap. Its column is clamped in 32 bits, through a variable:
+                                # inline, TileLang's 64-bit index promotion made each tap's clamp and
+                                # address 64-bit (76 registers against 30, 269 PTX instructions).
+                                w = (tile * groups + t % groups) * outputs * sW - pW + e
+                                column = clamped(w, W)
+                                value = X[at_(plane, clamped(d, D), clamped(h, H), column)]
+                                if masks_cols:
+                                    inside = rows_inside & (w >= 0) & (w < W)
+                                else:
+                                    inside = rows_inside
+                                taps[r, t, e] = value if inside is True else T.if_then_else(inside, value, T.Cast(dt, identity))
+                    for t, c in T.Parallel(block, outputs):
+                        part = identity
+                        for r, k in T.grid(kH, kW):
+                            v = T.Cast(at, taps[r, t, c * sW + k * dW + lead - pW])
+                            part = _accumulate(spec, part, v, at)
+                        acc[t, c] = _accumulate(spec, acc[t, c], part, at)
+                for t, c in T.Parallel(block, outputs):
+                    starts = (tap(od, 0), tap(oh, 1), tap((tile * groups + t % groups) * outputs + c, 2))
+                    part = acc[t, c]  # through a scalar: TileLang's CPU target cannot vectorize this loop
+                    result[t, c] = T.Cast(dt, _result(spec, part, starts, sizes, taps_, sizes, padding))
+                for t, c in T.Parallel(block, outputs):
+                    ow = (tile * groups + t % groups) * outputs + c
+                    if bx * per_block + t // groups < planes and ow < oW:
+                        Y[at_(bx * per_block + t // groups, od, oh, ow)] = result[t, c]
+
+    in_names, out_names = SIZE_NAMES[3 - rank:], OUT_NAMES[3 - rank:]
+
+    def derived(given):
+        return dict(zip(out_names, output_sizes(spec, [given[n] for n in in_names]), strict=True))
+
+    return KernelSpec(
+        main,
+        (("input", ("planes", *in_names)), ("output", ("planes", *out_names))),
+        {"output": dtype},
+        (("output", (..., *out_names)),),
+        {**launch, "span": span},
+        # Every load's address is clamped into the input: TileLang's guard on loads it cannot prove
+        # in bounds (sizes unknown) would add a branch a tap, which nvcc then unswitches.
+        pass_configs={"tl.disable_safe_memory_legalize": True},
+        derived=derived,
     )
 
 

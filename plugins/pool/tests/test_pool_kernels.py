@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 import torch
@@ -55,12 +56,26 @@ def test_every_launch_variant_compiles_for_sm90(op_name):
     w = op.workloads[0]
     for config in op.tilelang_variants(w):
         spec = pool_kernel(op.pooling(w), w.shapes["input"], w.dtype_of("input"), **config)
-        assert "__global__" in compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source(), config
-        assert spec.returns[0][1] == op.outputs(w)[0][0]  # the kernel's output is the op's output
+        source = compile_kernel(spec.prim_func, arch="sm_90a", pass_configs=spec.pass_configs).get_kernel_source()
+        assert "__global__" in source, config
+        assert returned_shape(spec, w.shapes["input"]) == op.outputs(w)[0][0]  # the kernel's output is the op's
         assert {k: spec.config[k] for k in config} == config  # the config records the launch
 
 
-@pytest.mark.parametrize("kernel", ["rows", "window"])
+def returned_shape(spec, input_shape):
+    """The shape ``spec``'s kernel returns for an input of ``input_shape``, sizes given at launch bound."""
+    from npuops.kernels import bind_sizes, resolved
+
+    shape = spec.returns[0][1]
+    if shape[:1] != (...,):
+        return tuple(shape)
+    sizes = {}
+    bind_sizes("input", tuple(input_shape), dict(spec.params)["input"], sizes)
+    sizes.update(spec.derived(sizes) if spec.derived else {})
+    return (*input_shape[:2], *resolved(shape[1:], sizes))
+
+
+@pytest.mark.parametrize("kernel", ["rows", "window", "sizes_at_launch"])
 def test_half_taps_are_converted_to_float_once(kernel):
     """CUDA's half-to-float conversion is inline asm the compiler does not merge: a NaN-propagating
     max that named a tap three times converted it three times (f16 40% slower than bf16). An
@@ -71,8 +86,9 @@ def test_half_taps_are_converted_to_float_once(kernel):
         op = REGISTRY.op(op_name)
         w = make_workload(op_name, (2, 8, 112, 112), "f16", kernel_size=3, stride=2, padding=1)
         spec = pool_kernel(op.pooling(w), w.shapes["input"], torch.float16, kernel=kernel)
-        source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
-        assert source.count("((float)") == conversions, (op_name, source)
+        source = compile_kernel(spec.prim_func, arch="sm_90", pass_configs=spec.pass_configs).get_kernel_source()
+        # A tap's conversion (not a window's count: an int the sizes-at-launch kernel counts at run time).
+        assert len(re.findall(r"\(\(float\)(X|staged|taps)\[", source)) == conversions, (op_name, source)
 
 
 def cpu_kernel(op, w, config=None):
@@ -106,7 +122,7 @@ NAN_CASES = [("MaxPool2dFwd", dict(kernel_size=3, stride=2, padding=1)), ("Adapt
 
 
 def test_each_window_kind_takes_its_kernel():
-    from npuops_pool.pool_kernel import pool_kernel
+    from npuops_pool.pool_kernel import pool_kernel, shape_variants
 
     def kernel_of(op_name, shape, **params):
         op = REGISTRY.op(op_name)
@@ -118,17 +134,20 @@ def test_each_window_kind_takes_its_kernel():
     # Planes too large to stage in shared memory take the window kernel, as adaptive windows do.
     assert kernel_of("AdaptiveAvgPool2dFwd", (1, 2, 56, 56), output_size=[1, 1])["kernel"] == "window"
     assert kernel_of("AdaptiveMaxPool2dFwd", (1, 2, 56, 56), output_size=[7, 7])["kernel"] == "window"
-    # Sliding windows take the vectors kernel first; after it, 1-d and non-overlapping windows the
-    # rows kernel, overlapping 2-d/3-d ones a thread per output, with the rows kernel as variants:
-    # its tiles hold whole short output rows, and long ones split into tiles of whole 16-byte vectors.
-    def second_kernel(op_name, shape, **params):
-        return REGISTRY.op(op_name).tilelang_variants(make_workload(op_name, shape, "f32", **params))[1]["kernel"]
+    # Other sliding windows take the sizes-at-launch kernel (one build for many sizes); of the
+    # kernels built per shape, the vectors kernel first; after it, 1-d and non-overlapping windows
+    # the rows kernel, overlapping 2-d/3-d ones a thread per output, with the rows kernel as
+    # variants: its tiles hold whole short output rows, and long ones split into tiles of whole
+    # 16-byte vectors.
+    def shape_kernels(op_name, shape, **params):
+        op = REGISTRY.op(op_name)
+        return [v["kernel"] for v in shape_variants(op.pooling(make_workload(op_name, shape, "f32", **params)), torch.float32)]
 
     stem_shape, stem_params = (1, 2, 112, 112), dict(kernel_size=3, stride=2, padding=1)
-    assert kernel_of("MaxPool2dFwd", stem_shape, **stem_params)["kernel"] == "vectors"
-    assert second_kernel("MaxPool2dFwd", stem_shape, **stem_params) == "window"
-    assert second_kernel("MaxPool2dFwd", stem_shape, kernel_size=2, stride=2) == "rows"
-    assert second_kernel("MaxPool3dFwd", (1, 2, 8, 16, 16), kernel_size=[1, 2, 2], stride=[1, 2, 2]) == "rows"
+    assert kernel_of("MaxPool2dFwd", stem_shape, **stem_params)["kernel"] == "sizes_at_launch"
+    assert shape_kernels("MaxPool2dFwd", stem_shape, **stem_params)[:2] == ["vectors", "window"]
+    assert shape_kernels("MaxPool2dFwd", stem_shape, kernel_size=2, stride=2)[1] == "rows"
+    assert shape_kernels("MaxPool3dFwd", (1, 2, 8, 16, 16), kernel_size=[1, 2, 2], stride=[1, 2, 2])[1] == "rows"
     op = REGISTRY.op("MaxPool2dFwd")
     w = make_workload("MaxPool2dFwd", stem_shape, "f32", **stem_params)
     tile = next(v for v in op.tilelang_variants(w) if v["kernel"] == "rows")
@@ -321,8 +340,14 @@ def test_side_by_side_1d_windows_take_two_outputs_a_thread_first():
     """sincnet's 3-wide, stride-3 windows: the window kernel with two outputs a thread leads;
     overlapping 1-d windows keep the vectors and then the rows kernel first and try the paired
     kernel last."""
+    from npuops_pool.pool_kernel import shape_variants
+
     op = REGISTRY.op("MaxPool1dFwd")
-    side_by_side, overlapping = op.tilelang_variants(op.workload("W2")), op.tilelang_variants(op.workload("W1"))
+
+    def per_shape(w):  # the kernels built per shape (after the sizes-at-launch kernel's launches)
+        return shape_variants(op.pooling(w), w.dtype_of("input"))
+
+    side_by_side, overlapping = per_shape(op.workload("W2")), per_shape(op.workload("W1"))
     assert side_by_side[0] == {"kernel": "window", "threads": 256, "predicated": True, "outputs": 2}
     assert [v["kernel"] for v in overlapping[:2]] == ["vectors", "rows"] and overlapping[-1].get("outputs") == 2
     two_d = REGISTRY.op("MaxPool2dFwd")

@@ -93,7 +93,14 @@ class PoolOp(KernelOp):
     def tilelang_variants(self, w):
         from ..pool_kernel import launch_variants
 
-        return launch_variants(self.pooling(w), w.dtype_of("input"))
+        return launch_variants(self.pooling(w), w.shapes["input"], w.dtype_of("input"))
+
+    def kernel_key(self, w):
+        """Workloads of equal keys share a build (the default launch's): sliding windows one per
+        geometry, dtype and a few size classes, whatever their image sizes (see ``pool_kernel.kernel_key``)."""
+        from ..pool_kernel import kernel_key
+
+        return kernel_key(self.pooling(w), w.shapes["input"], w.dtype_of("input"))
 
     def tilelang_build(self, w, device, config=None):
         from ..pool_kernel import pool_kernel

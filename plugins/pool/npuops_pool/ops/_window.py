@@ -49,7 +49,7 @@ class WindowPoolOp(PoolOp):
         return Pooling(self.reduction, self.spatial_in(w), tuple(axis.out for axis in self.axes(w, cfg)),
                        geometry["kernel_size"], geometry["stride"], geometry["padding"], geometry["dilation"],
                        count_include_pad=cfg.get("count_include_pad", True),
-                       divisor_override=cfg.get("divisor_override"))
+                       divisor_override=cfg.get("divisor_override"), ceil_mode=cfg["ceil_mode"])
 
     def pool_kwargs(self, cfg) -> dict:
         """Everything ``torch_pool`` takes besides the input, the geometry as per-dim tuples."""
