@@ -32,6 +32,8 @@ F32 = "float32"
 MAX_THREADS = 1024
 ELEMENTS_PER_THREAD = 16  # of a row, per thread (a guess: never timed on the GPU)
 COLUMN_THREADS = 64  # threads (columns) per block of the "columns" kernel
+REGISTER_ROW = 8192  # the widest row whose five f32 arrays a block keeps in registers (at 512
+# threads: 80 elements in 124 registers a thread; 1024 threads leave 64 registers a thread)
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ def unsupported(spec: RowBackward) -> str | None:
     return None
 
 
-def rows_kernel(spec: RowBackward, launch: RowBackwardLaunch):
+def rows_kernel(spec: RowBackward, launch: RowBackwardLaunch, registers_only: bool = False):
     """The ``"rows"`` kernel: (grad_out, x, weight, [mean,] rstd) -> grad_x and the column-sum
     partials P[slots, blocks, hidden] (slot 0: grad_out * x_hat, slot 1: grad_out), f32, or in
     the gradients' dtype with one block."""
@@ -110,19 +112,27 @@ def rows_kernel(spec: RowBackward, launch: RowBackwardLaunch):
         """The row's mean of g = grad_out * weight (LayerNorm's; RMSNorm's gradient has no such term)."""
         return red[at, 1, 0] * inv_hidden if meanvar else 0.0
 
+    # The weight and the column sums stay a whole block's rows: in registers up to REGISTER_ROW,
+    # else in shared memory (16384-wide rows at 1024 threads spilled, 64 registers a thread, and
+    # ran at half torch's speed on the H100). ``registers_only``: the CPU target, which takes one
+    # dynamic shared buffer a kernel, keeps them as fragments (the same logic).
+    kept = T.alloc_fragment if registers_only or padded <= REGISTER_ROW else T.alloc_shared
+
     @T.macro
     def body(DY, X, Wt, Mean, Rstd, DX, P):
         with T.Kernel(blocks, threads=threads) as b:
-            w = T.alloc_fragment((1, padded), F32)
+            w = kept((1, padded), F32)
             dy = T.alloc_fragment((1, padded), F32)
             xhat = T.alloc_fragment((1, padded), F32)
-            acc_w = T.alloc_fragment((1, padded), F32)
-            acc_b = T.alloc_fragment((1, padded), F32)
+            acc_w = kept((1, padded), F32)
+            acc_b = kept((1, padded), F32)
             part_w = T.alloc_fragment((threads,), F32)  # a thread's sum of g * x_hat
             part_b = T.alloc_fragment((threads,), F32)  # and of g (LayerNorm's)
-            T.annotate_layout({w: row_layout, dy: row_layout, xhat: row_layout, acc_w: row_layout,
-                               acc_b: row_layout, part_w: thread_owned((threads,), 0),
-                               part_b: thread_owned((threads,), 0)})
+            layouts = {dy: row_layout, xhat: row_layout, part_w: thread_owned((threads,), 0),
+                       part_b: thread_owned((threads,), 0)}
+            if kept is T.alloc_fragment:
+                layouts.update({w: row_layout, acc_w: row_layout, acc_b: row_layout})
+            T.annotate_layout(layouts)
             red = T.alloc_shared((2, slots, threads), F32, scope="shared")
             mu, rs = T.alloc_var(F32), T.alloc_var(F32)
             for i, j in T.Parallel(1, padded):
@@ -223,8 +233,10 @@ def build_row_backward(spec: RowBackward, weight_shape: Sequence[int], device: t
     rows, hidden = spec.rows, spec.hidden
     meanvar, slots = spec.stat == "meanvar", 2 if spec.stat == "meanvar" else 1
     stats = [(rows,)] * (2 if meanvar else 1)
-    main = bind(rows_kernel(spec, launch), [(rows, hidden), (rows, hidden), (hidden,), *stats, (rows, hidden),
-                                             (slots, launch.blocks, hidden)], device, target)
+    on_host = target is not None and target.get("kind") != "cuda"
+    main = bind(rows_kernel(spec, launch, registers_only=on_host),
+                [(rows, hidden), (rows, hidden), (hidden,), *stats, (rows, hidden), (slots, launch.blocks, hidden)],
+                device, target)
     direct = launch.blocks == 1
     sums = None if direct else bind(columns_kernel(slots, launch.blocks, hidden, spec.dtype),
                                     [(slots, launch.blocks, hidden), (slots, hidden)], device, target)
