@@ -1,9 +1,23 @@
 """The TileLang pooling kernels of this plugin, chosen by :func:`pool_kernel` (``kernel`` in a
-launch config): ``"rows"`` for sliding windows, ``"window"`` for adaptive windows (and as a tuning
-fallback), ``"planes"`` for windows that are the whole input (global pooling) and ``"lanes"`` for
-those over planes of whole 16-byte vectors, ``"strips"`` (a launch variant) for windows that tile
-the input, ``"vectors"`` (a launch variant) for sliding windows over rows of whole 16-byte vectors,
-with several output depths a thread (``march``) where windows overlap in depth.
+launch config): ``"sizes_at_launch"`` for sliding windows (the default where it applies: one
+build serves every image size, batch and channel count of a key, see :func:`kernel_key`), and the
+kernels built for one shape, which lead their own :func:`shape_variants` and stay launch variants
+for ``npuops run --tune`` to compare: ``"rows"`` for sliding windows, ``"window"`` for adaptive
+windows (and as a tuning fallback), ``"planes"`` for windows that are the whole input (global
+pooling) and ``"lanes"`` for those over planes of whole 16-byte vectors, ``"strips"`` for windows
+that tile the input, ``"vectors"`` for sliding windows over rows of whole 16-byte vectors, with
+several output depths a thread (``march``) where windows overlap in depth.
+
+Sizes at launch: a kernel whose code depended on the sizes was built per shape (a model's every
+new image size stalled on a build, issue 42). The ``"sizes_at_launch"`` kernel takes them as
+``T.dynamic`` values, and its grid gives each block its plane block, output row and column tile,
+so no thread divides by one (an earlier attempt divided flat indices by them, in 64 bits, and ran
+2-8x slower on the H100). What its code still takes from the sizes is a class of them, in the key:
+rows of whole 16-byte vectors or not (vector loads or a load a tap), indices past int32, and the
+tile (fewer planes than a block takes). TileLang's index legalization makes its addresses 64-bit
+where it cannot bound them (the sizes are unknown), which the per-shape kernels avoid:
+``scripts/pool-kernel-code.py`` compares the generated code, ``scripts/bench-pool-sizes-at-launch.py``
+the speed on a GPU.
 
 Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
 input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1). Max propagates NaN
