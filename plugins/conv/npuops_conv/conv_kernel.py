@@ -280,6 +280,8 @@ def launch_variants(p: Problem) -> list[dict]:
         variants += gemm_variants(block_K, k_tiles, wide=p.og >= 256, splittable=p.geometry.groups == 1)
         if p.cg % 32 == 0 and block_K != 32 and p.dtype.itemsize == 2:  # the aligned form, narrower tiles
             variants.append(ConvLaunch("gemm", 64, 128, 32, max(1, min(4, -(-p.k // 32))), 256, 1))
+        if p.k <= block_K and not p.fp8:  # one K tile (a stem's 3 channels x 9 taps): CUDA cores may do
+            variants.append(direct_launch(p))
     unique = list(dict.fromkeys(variants))
     return [v.as_dict() for v in unique]
 
