@@ -602,6 +602,16 @@ def strips_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
     )
 
 
+def row_span(spec: Pooling, vector: int, outputs: int) -> tuple[int, int]:
+    """(lead, span) of a thread taking ``outputs`` adjacent outputs of a row and loading, per window
+    row, the ``vector``-element pieces their windows span: ``span`` elements from ``lead`` columns
+    left of its first window's start plus the padding (``lead``: the padding rounded up to whole
+    pieces, so that the thread's first piece starts on a piece boundary)."""
+    (_, _, kW), (_, _, sW), (_, _, pW), (_, _, dW) = _sliding(spec)
+    lead = -(-pW // vector) * vector
+    return lead, -(-(lead - pW + (outputs - 1) * sW + (kW - 1) * dW + 1) // vector) * vector
+
+
 def vector_outputs(spec: Pooling, dtype: torch.dtype) -> int | None:
     """Outputs per thread of the "vectors" kernel (None: it does not take ``spec``): sliding windows
     over rows a whole number of 16-byte vectors long, whose first input column per thread
@@ -653,8 +663,7 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
     groups = -(-oW // outputs)
     depths = -(-oD // march)
     total = planes * depths * oH * groups
-    lead = -(-pW // vector) * vector  # columns loaded left of the first window's start column + pW
-    span = -(-(lead - pW + (outputs - 1) * sW + (kW - 1) * dW + 1) // vector) * vector
+    lead, span = row_span(spec, vector, outputs)
     at = accumulator_dtype(spec, dtype)
     identity = _identity(spec, at)
 
@@ -737,6 +746,7 @@ BLOCK_SMALL = 128  # threads per block, as the vectors kernel's default launch
 # the block: FEW_PLANES_GROUPS.
 ROW_GROUPS = {"vectors": 4, "taps": 16}
 FEW_PLANES_GROUPS = 32
+TAPS_PER_THREAD = 128  # input elements a thread may hold (a 7 x 7 window, stride 1, 8 outputs: 7 rows of 16)
 
 
 def unsized(spec: Pooling) -> Pooling:
@@ -753,6 +763,11 @@ def output_sizes(spec: Pooling, sizes) -> tuple[int, ...]:
                  for n, k, s, p, d in zip(sizes, spec.kernel, spec.stride, spec.padding, spec.dilation, strict=True))
 
 
+def held_taps(spec: Pooling, vector: int, outputs: int) -> int:
+    """Input elements a sizes-at-launch thread holds at once: its window rows of a depth slice."""
+    return _sliding(spec)[0][1] * row_span(spec, vector, outputs)[1]
+
+
 def sized_launch(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, threads: int | None = None,
                  groups: int | None = None, outputs: int | None = None) -> dict:
     """The sizes-at-launch kernel's launch for a workload: the config (``threads``, ``groups``
@@ -762,9 +777,13 @@ def sized_launch(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
     vector = VECTOR_BYTES // dtype.itemsize
     if spec.spatial_in[-1] % vector:
         vector = 1
-    # Outputs a thread: their first taps must be whole vectors apart (a multiple of ``step``).
+    # Outputs a thread: their first taps must be whole vectors apart (a multiple of ``step``);
+    # four or so, unless their taps would crowd the registers (long windows, large strides).
     step = vector // math.gcd(vector, _sliding(spec)[1][2])
-    outputs = outputs or (step * -(-4 // step) if vector > 1 else 1)
+    if not outputs:
+        outputs = step * -(-4 // step) if vector > 1 else 1
+        if held_taps(spec, vector, outputs) > TAPS_PER_THREAD:
+            outputs = step
     threads = threads or BLOCK_SMALL
     row_groups = ROW_GROUPS["vectors" if vector > 1 else "taps"]
     few_planes = math.prod(input_shape[:2]) < threads // row_groups
@@ -786,6 +805,8 @@ def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.
         return "adaptive and whole-input windows take kernels of their own"
     oD, oH, oW = _as_3d(spec.spatial_out, 1)
     launch = sized_launch(spec, input_shape, dtype)
+    if held_taps(spec, launch["vector"], launch["outputs"]) > TAPS_PER_THREAD:
+        return f"a thread's taps of a depth slice would take more than {TAPS_PER_THREAD} registers"
     narrowest = min(ROW_GROUPS.values()) * launch["outputs"]
     layers = oD if len(spec.spatial_out) == 3 else -(-oW // narrowest)
     if max(oH, layers) > GRID_YZ_LIMIT:
@@ -833,8 +854,7 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     block, groups, outputs, vector = (launch[k] for k in ("threads", "groups", "outputs", "vector"))
     per_block = block // groups  # planes a block takes
     cols = groups * outputs  # output columns of a tile
-    lead = -(-pW // vector) * vector  # columns loaded left of a thread's first window's start + pW
-    span = -(-(lead - pW + (outputs - 1) * sW + (kW - 1) * dW + 1) // vector) * vector
+    lead, span = row_span(spec, vector, outputs)
     identity = _identity(spec, at)
     masks_rows = not clamps_into_window(spec, (0, 1))
     masks_cols = not clamps_into_window(spec, (2,))  # a tap a load (vector 1): the nearest element serves a max

@@ -207,13 +207,18 @@ def test_launch_classes_and_variants():
     assert (32, 64, 112, 112) in kernel_key(op.pooling(w), w.shapes["input"], w.dtype_of("input"), **vectors).shared
 
 
-def test_grids_past_cudas_limits_and_global_windows_keep_the_per_shape_kernels():
+def test_grids_past_cudas_limits_long_windows_and_global_windows_keep_the_per_shape_kernels():
     op = REGISTRY.op("MaxPool1dFwd")
     long = make_workload("MaxPool1dFwd", (1, 2, 4 * 65536 * 16 + 64), "bf16", kernel_size=2, stride=2)
     assert op.tilelang_variants(long)[0]["kernel"] != "sizes_at_launch"
     op = REGISTRY.op("MaxPool2dFwd")
     whole = make_workload("MaxPool2dFwd", (2, 3, 9, 9), "bf16", kernel_size=9)
     assert op.tilelang_variants(whole)[0]["kernel"] == "planes"
+    # More taps than a thread holds in registers (TAPS_PER_THREAD); a 7 x 7 window still fits.
+    long = make_workload("MaxPool2dFwd", (2, 64, 112, 112), "bf16", kernel_size=17, stride=1, padding=8)
+    assert op.tilelang_variants(long)[0]["kernel"] != "sizes_at_launch"
+    seven = make_workload("MaxPool2dFwd", (2, 64, 112, 112), "bf16", kernel_size=7, stride=1, padding=3)
+    assert op.tilelang_variants(seven)[0]["kernel"] == "sizes_at_launch"
 
 
 # No division or remainder by a size given at launch (their names in the kernel's parameters).
