@@ -746,7 +746,7 @@ BLOCK_SMALL = 128  # threads per block, as the vectors kernel's default launch
 # the block: FEW_PLANES_GROUPS.
 ROW_GROUPS = {"vectors": 4, "taps": 16}
 FEW_PLANES_GROUPS = 32
-TAPS_PER_THREAD = 128  # input elements a thread may hold (a 7 x 7 window, stride 1, 8 outputs: 7 rows of 16)
+TAPS_PER_THREAD = 192  # input elements a thread may hold: 7 x 7 windows, stride 1, 8 16-bit outputs (7 rows of 24)
 
 
 def unsized(spec: Pooling) -> Pooling:
