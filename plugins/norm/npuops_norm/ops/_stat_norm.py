@@ -121,8 +121,8 @@ class ChannelKernelOp(StatNormOp):
     # name one to describe the forward; a gradient function has none to give).
     affine_needed: ClassVar[tuple[str, ...]] = ("weight", "bias")
 
-    kernel_description = ("TileLang channel-norm kernels: per-block partial sums, a fixed-order combine, "
-                          "an elementwise pass")
+    kernel_description = ("TileLang channel-norm kernels: a block per unit where a unit fits its registers, "
+                          "else per-block partial sums, a fixed-order combine, an elementwise pass")
 
     def channel_norm(self, w):
         raise NotImplementedError
