@@ -1,8 +1,8 @@
 """The generated code of the pool kernel that takes its sizes at launch against the per-shape
 kernel it replaces as the default, without a GPU: both built for sm_90a as the GPU builds them,
 their CUDA C compiled to PTX by nvcc (TileLang's flags) and to SASS by ptxas for the register
-count. Per kernel: registers, PTX instructions of one thread (straight-line code: per thread, not
-per loop trip, for the kernels compared here), outputs a thread computes, global loads and stores
+count. Per kernel: registers, SASS instructions (where nvdisasm is found) and PTX instructions of
+one thread (straight-line code: per thread, not per loop trip, for the kernels compared here), outputs a thread computes, global loads and stores
 by width, 64-bit integer instructions (address arithmetic), divisions and remainders.
 
     python scripts/pool-kernel-code.py            # needs nvcc (CUDA toolkit), no GPU
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,6 +49,13 @@ def ptx_stats(source: str) -> dict:
         ptxas = subprocess.run(["nvcc", "-cubin", *flags, "--ptxas-options=-v", str(cu), "-o", f"{tmp}/k.cubin"],
                                check=True, capture_output=True, text=True)
         ptx = Path(tmp, "k.ptx").read_text()
+        # SASS instructions (NOPs, padding, left out) where nvdisasm is found (NVDISASM, PATH; pip
+        # install nvidia-cuda-nvdisasm has one): what the SM issues, after ptxas.
+        nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
+        sass = None
+        if nvdisasm:
+            listing = subprocess.run([nvdisasm, "-c", f"{tmp}/k.cubin"], check=True, capture_output=True, text=True).stdout
+            sass = len([line for line in listing.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line) and "NOP" not in line])
     body = ptx[ptx.index(".entry"):]
     lines = [line.strip() for line in body.splitlines()]
     instructions = [line for line in lines if line and not line.startswith(("//", ".", "{", "}", "$", ")"))
@@ -56,7 +65,7 @@ def ptx_stats(source: str) -> dict:
     def count(pattern):
         return sum(n for op, n in ops.items() if re.search(pattern, op))
 
-    return {"registers": int(re.search(r"Used (\d+) registers", ptxas.stderr).group(1)), "ptx": len(instructions),
+    return {"registers": int(re.search(r"Used (\d+) registers", ptxas.stderr).group(1)), "ptx": len(instructions), "sass": sass,
             "ld.v4": count(r"^ld\.global.*\.v4"), "ld.scalar": count(r"^ld\.global(?!.*\.v\d)"),
             "st.vector": count(r"^st\.global.*\.v\d"), "st.scalar": count(r"^st\.global(?!.*\.v\d)"),
             "64-bit int": count(r"\.(s|u)64$|\.wide\.") , "div/rem": count(r"^(div|rem)\.(s|u)")}
@@ -69,7 +78,8 @@ def main() -> None:
     from npuops_pool.pool_kernel import pool_kernel, shape_variants
 
     registry = load_registry(strict=True)
-    header = f"{'workload':44} {'kernel':16} {'outputs':>7} {'regs':>4} {'ptx':>5} {'ld.v4':>5} {'ld.1':>4} {'st.v':>4} {'st.1':>4} {'i64':>4} {'div':>3}"
+    header = (f"{'workload':44} {'kernel':16} {'outputs':>7} {'regs':>4} {'sass':>5} {'ptx':>5} {'ld.v4':>5} {'ld.1':>4} "
+              f"{'st.v':>4} {'st.1':>4} {'i64':>4} {'div':>3}")
     print(header)
     for op_name, shape, dtype, params in CASES:
         op = registry.op(op_name)
@@ -82,7 +92,7 @@ def main() -> None:
             if spec.config["kernel"] == "rows":
                 outputs = "loop"
             print(f"{op_name + ' ' + str(shape) + ' ' + dtype:44} {spec.config['kernel']:16} {outputs!s:>7} "
-                  f"{s['registers']:>4} {s['ptx']:>5} {s['ld.v4']:>5} {s['ld.scalar']:>4} {s['st.vector']:>4} "
+                  f"{s['registers']:>4} {s['sass'] or '-':>5} {s['ptx']:>5} {s['ld.v4']:>5} {s['ld.scalar']:>4} {s['st.vector']:>4} "
                   f"{s['st.scalar']:>4} {s['64-bit int']:>4} {s['div/rem']:>3}", flush=True)
             if args.source:
                 print(source[source.index("__launch_bounds__"):])

@@ -14,10 +14,11 @@ new image size stalled on a build, issue 42). The ``"sizes_at_launch"`` kernel t
 so no thread divides by one (an earlier attempt divided flat indices by them, in 64 bits, and ran
 2-8x slower on the H100). What its code still takes from the sizes is a class of them, in the key:
 rows of whole 16-byte vectors or not (vector loads or a load a tap), indices past int32, and the
-tile (fewer planes than a block takes). TileLang's index legalization makes its addresses 64-bit
-where it cannot bound them (the sizes are unknown), which the per-shape kernels avoid:
-``scripts/pool-kernel-code.py`` compares the generated code, ``scripts/bench-pool-sizes-at-launch.py``
-the speed on a GPU.
+tile (fewer planes than a block takes). It computes its element offsets in 32 bits (TileLang makes
+an index it cannot bound 64-bit, clamps and all): ``scripts/pool-kernel-code.py`` compares the
+generated code with the per-shape kernels' (about 10% more SASS instructions a thread for max
+pools, up to 23% for averages, which count their windows at run time),
+``scripts/bench-pool-sizes-at-launch.py`` the speed on a GPU.
 
 Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
 input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1). Max propagates NaN
@@ -837,7 +838,8 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     where rows are whole vectors (``vector``: the kernel assumes the row length a multiple of it),
     a load a tap otherwise; a load past the input's edge is made from a clamped address (the
     reduction's identity, or for a max of contiguous taps the nearest element, which the window
-    holds already), so no tap needs a mask; then it reduces each window there."""
+    holds already), so no tap needs a mask; then it reduces each window there, and stores its
+    outputs one by one (the output row's length is not known to be a multiple of a vector)."""
     import tilelang.language as T
 
     spec = unsized(spec)  # built from the geometry alone: every size of the key runs this code
@@ -859,13 +861,15 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     masks_rows = not clamps_into_window(spec, (0, 1))
     masks_cols = not clamps_into_window(spec, (2,))  # a tap a load (vector 1): the nearest element serves a max
 
-    def at_(plane, d, h, w):
-        """The input's (or output's) index of element (d, h, w) of ``plane``: the tensor's own rank."""
-        return (plane, *(d, h, w)[3 - rank:])
-
     def tap(o, dim, k=0):
         """Input position along ``dim`` (0: depth, 1: height, 2: width) of tap k of output o's window."""
         return o * stride[dim] - padding[dim] + k * dilation[dim]
+
+    def element(offset):
+        """The index of the input's (or output's) element ``offset``, counted flat: in the last dim,
+        the others 0, which TileLang flattens to ``offset`` as it is (its bounds guard, which
+        would see the last dim overrun, is off: see pass_configs)."""
+        return (0,) * rank + (offset,)
 
     def clamped(x, n):
         return T.max(T.min(x, n - 1), 0)
@@ -888,7 +892,12 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
             T.annotate_layout({taps: thread_owned((kH, block, span), 1), acc: thread_owned((block, outputs), 0),
                                result: thread_owned((block, outputs), 0)})
             part, v = T.alloc_var(at), T.alloc_var(at)  # part: a slice's taps reduced; v: a tap, cast once
-            column = T.alloc_var(index)  # a tap's input column (vector 1)
+            # Element offsets, computed (clamped) in a variable of the index type, then indexed
+            # flat: TileLang promotes an index it cannot bound (the sizes are unknown) to 64 bits
+            # with everything in it. A bf16 3x3/2 stem thread took 1.9x the SASS instructions of
+            # the per-shape vectors kernel's so, 1.3x with its coordinates in 32-bit variables,
+            # 1.1x with its offsets (scripts/pool-kernel-code.py).
+            offset = T.alloc_var(index)
             oh, od = by, bz if rank == 3 else 0
             for step in T.serial(T.ceildiv(oW, cols) if rank == 3 else 1):
                 tile = step if rank == 3 else bz
@@ -896,31 +905,22 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
                     acc[t, c] = identity
                 for i in T.unroll(kD):
                     for r in T.unroll(kH):
-                        for t, e in T.Parallel(block, span):
-                            plane = T.min(bx * per_block + t // groups, planes - 1)
+                        # Per piece of ``vector`` elements (a 16-byte vector, or one tap), counted
+                        # from the thread's first (``lead``: left of its first window): its offset
+                        # in the input, clamped into it; a piece outside is the reduction's identity
+                        # (for a max of contiguous taps the nearest one, which the window holds).
+                        for t, c in T.Parallel(block, span // vector):
                             d, h = tap(od, 0, i), tap(oh, 1, r)
-                            rows_inside = (d >= 0) & (d < D) & (h >= 0) & (h < H) if masks_rows else True
-                            if vector > 1:
-                                # Whole vectors, counted from the thread's first (``lead``: left of its
-                                # first window), each loaded from a clamped address and then kept or
-                                # replaced by the identity, as the vectors kernel loads them.
-                                chunk = (tile * groups + t % groups) * (outputs * sW // vector) - lead // vector + e // vector
-                                w = clamped(chunk, W // vector) * vector + e % vector
-                                value = X[at_(plane, clamped(d, D), clamped(h, H), w)]
-                                inside = rows_inside & (chunk >= 0) & (chunk < W // vector)
-                                taps[r, t, e] = T.if_then_else(inside, value, T.Cast(dt, identity))
-                            else:
-                                # A load a tap. Its column is clamped in 32 bits, through a variable:
-                                # inline, TileLang's 64-bit index promotion made each tap's clamp and
-                                # address 64-bit (76 registers against 30, 269 PTX instructions).
-                                w = (tile * groups + t % groups) * outputs * sW - pW + e
-                                column = clamped(w, W)
-                                value = X[at_(plane, clamped(d, D), clamped(h, H), column)]
-                                if masks_cols:
-                                    inside = rows_inside & (w >= 0) & (w < W)
-                                else:
-                                    inside = rows_inside
-                                taps[r, t, e] = value if inside is True else T.if_then_else(inside, value, T.Cast(dt, identity))
+                            piece = (tile * groups + t % groups) * (outputs * sW // vector) - lead // vector + c
+                            inside = (d >= 0) & (d < D) & (h >= 0) & (h < H) if masks_rows else True
+                            if vector > 1 or masks_cols:
+                                inside = inside & (piece >= 0) & (piece < W // vector)
+                            offset = (((T.min(bx * per_block + t // groups, planes - 1) * D + clamped(d, D)) * H
+                                       + clamped(h, H)) * (W // vector) + clamped(piece, W // vector))
+                            for e in T.vectorized(vector):
+                                value = X[element(offset * vector + e)]
+                                taps[r, t, c * vector + e] = value if inside is True else T.if_then_else(
+                                    inside, value, T.Cast(dt, identity))
                     for t, c in T.Parallel(block, outputs):
                         part = identity
                         for r, k in T.grid(kH, kW):
@@ -934,7 +934,8 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
                 for t, c in T.Parallel(block, outputs):
                     ow = (tile * groups + t % groups) * outputs + c
                     if bx * per_block + t // groups < planes and ow < oW:
-                        Y[at_(bx * per_block + t // groups, od, oh, ow)] = result[t, c]
+                        offset = (((bx * per_block + t // groups) * oD + od) * oH + oh) * oW + ow
+                        Y[element(offset)] = result[t, c]
 
     in_names, out_names = SIZE_NAMES[3 - rank:], OUT_NAMES[3 - rank:]
 
@@ -947,8 +948,10 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
         {"output": dtype},
         (("output", (..., *out_names)),),
         {**launch, "span": span},
-        # Every load's address is clamped into the input: TileLang's guard on loads it cannot prove
-        # in bounds (sizes unknown) would add a branch a tap, which nvcc then unswitches.
+        # Loads and stores index their tensors flat (see element) at offsets clamped into them:
+        # TileLang's bounds guard would take the last dim's overrun for out of bounds (a build
+        # without these configs computes wrong results) and, where it cannot prove an index in
+        # bounds, add a branch a tap.
         pass_configs={"tl.disable_safe_memory_legalize": True},
         derived=derived,
     )

@@ -97,7 +97,7 @@ def cpu_kernel(op, w, config=None):
     from npuops_pool.pool_kernel import pool_kernel
 
     spec = pool_kernel(op.pooling(w), w.shapes["input"], w.dtype_of("input"), **(config or {}))
-    return spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
+    return spec.bind(compile_kernel(spec.prim_func, pass_configs=spec.pass_configs, target=CPU_TARGET), torch.device("cpu"))
 
 
 def shrunk(w):
@@ -208,7 +208,7 @@ def test_every_launch_variant_matches_the_reference_on_the_cpu_target(op_name, s
         variants += SMALL_TILES
     for config in variants:
         spec = pool_kernel(op.pooling(w), w.shapes["input"], torch.float32, **config)
-        fn = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
+        fn = spec.bind(compile_kernel(spec.prim_func, pass_configs=spec.pass_configs, target=CPU_TARGET), torch.device("cpu"))
         result = check(op, w, fn, CPUDevice(), seed=3)
         assert result.ok and {k: spec.config[k] for k in config} == config, (config, result.detail)
 

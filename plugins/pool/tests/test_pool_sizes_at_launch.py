@@ -157,7 +157,7 @@ def test_one_build_serves_every_size_of_its_key_on_the_cpu_target(op_name, param
         if key not in built:
             spec = pool_kernel(op.pooling(w), w.shapes["input"], torch.float32)
             assert spec.config["kernel"] == "sizes_at_launch"
-            built[key] = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
+            built[key] = spec.bind(compile_kernel(spec.prim_func, pass_configs=spec.pass_configs, target=CPU_TARGET), torch.device("cpu"))
         result = check(op, w, built[key], CPUDevice(), seed=seed)
         assert result.ok, (shape, result.detail)
         served[key] = served.get(key, 0) + 1
@@ -172,7 +172,7 @@ def test_nan_reaches_exactly_its_windows_on_the_cpu_target(op_name, params):
     for shape in ([(2, 3, 9, 16), (1, 2, 11, 11)] if dims_of(op_name) == 2 else [(1, 2, 3, 6, 8), (2, 2, 4, 5, 7)]):
         w = make_workload(op_name, shape, "f32", **params)
         spec = pool_kernel(op.pooling(w), w.shapes["input"], torch.float32)
-        fn = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
+        fn = spec.bind(compile_kernel(spec.prim_func, pass_configs=spec.pass_configs, target=CPU_TARGET), torch.device("cpu"))
         x = torch.randn(shape)
         planes = x.view(-1, math.prod(shape[2:]))
         planes[0, 0] = planes[-1, -1] = float("nan")
@@ -253,6 +253,8 @@ def test_rows_of_whole_vectors_load_16_bytes_at_once_on_sm90a():
         spec = pool_kernel(op.pooling(w), w.shapes["input"], torch.bfloat16)
         source = compile_kernel(spec.prim_func, arch="sm_90a", pass_configs=spec.pass_configs).get_kernel_source()
         assert bool(re.search(r"\*\(uint4\*\)\(X \+", source)) == (side == 112), side
+        # Offsets are computed and clamped in 32 bits, sign-extended only to address vectors.
+        assert "int offset" in source and set(re.findall(r"\(int64_t\)\w+", source)) <= {"(int64_t)offset", "(int64_t)8"}, side
 
 
 def test_sizes_past_int32_indices_get_a_64_bit_build():
