@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import operator
 import threading
 import time
@@ -83,8 +84,13 @@ class OpFunction:
     state: tuple[str, ...] = ()
     # The gradient of ours: backward(inputs by name, params by name, the custom op's outputs, their
     # gradients) -> the gradient of each tensor input in order (None where it has none), or None
-    # where it does not cover the call (torch's derivative of the formulation runs).
+    # where it does not cover the call (torch's derivative of the formulation runs). A backward with
+    # a ``needs`` parameter is also given which tensor inputs' gradients autograd asks for (a bool
+    # each), and computes only those.
     backward: Callable[..., tuple | None] | None = None
+    # Inputs that lend the workload their shape alone (a gradient op's forward input, whose shape
+    # the op's own tensors do not fix): neither the op's formulation nor its kernel reads them.
+    shape_only: tuple[str, ...] = ()
 
     @property
     def qualname(self) -> str:
@@ -290,7 +296,7 @@ def _plan(fn: OpFunction, described: tuple, devices: tuple, params: tuple) -> _P
         w = _workload(fn, op, described, params)
         op.validate(w)
         expected = {name: (tuple(t.shape), t.dtype) for name, t in op.make_inputs(w, InputRNG("meta")).items()}
-        _check(fn, described, expected)
+        _check(fn, tuple(d for d in described if d[0] not in fn.shape_only), expected)
     except Exception as exc:  # noqa: BLE001 - whatever the op cannot express goes to torch as it is
         if fn.fallback is None:
             if not isinstance(exc, WorkloadError | ValueError):
@@ -301,6 +307,8 @@ def _plan(fn: OpFunction, described: tuple, devices: tuple, params: tuple) -> _P
         return _Plan(None, lambda **tensors: fallback(**tensors, **given), f"outside the op ({exc})", names,
                      outside=True)
     formulation = op.torch_impl(w)
+    if fn.shape_only:
+        formulation = _without(fn.shape_only, formulation)
     device = devices[0]
     if device.type != "cuda":
         return _Plan(None, formulation, f"{device.type} device", names)
@@ -315,13 +323,30 @@ def _plan(fn: OpFunction, described: tuple, devices: tuple, params: tuple) -> _P
     kernel, why, pending = _kernel(ours[0], op, w, device, fn.name)
     if kernel is None:
         return _Plan(None, formulation, why, names)
+    read = tuple(name for name in names if name not in fn.shape_only)
     if hasattr(kernel, "prepare"):
-        launch = kernel.prepare(names, {name: shape for name, shape, _ in described},
-                                {name: dtype for name, _, dtype in described})
+        launch = kernel.prepare(read, {name: shape for name, shape, _ in described if name in read},
+                                {name: dtype for name, _, dtype in described if name in read})
     else:
         def launch(*tensors):
-            return kernel(**dict(zip(names, tensors)))
+            return kernel(**dict(zip(read, tensors)))
+    if fn.shape_only:
+        launch = _read_only(tuple(i for i, name in enumerate(names) if name in read), launch)
     return _Plan(kernel, formulation, None, names, launch, pending=pending)
+
+
+def _without(names: tuple[str, ...], formulation: Callable[..., Any]) -> Callable[..., Any]:
+    """``formulation`` of the tensors by name, the shape-only ones (``names``) left out."""
+    def read(**tensors):
+        return formulation(**{k: v for k, v in tensors.items() if k not in names})
+    return read
+
+
+def _read_only(positions: tuple[int, ...], launch: Callable[..., Any]) -> Callable[..., Any]:
+    """``launch`` of the tensors at ``positions`` alone (the others lend their shape only)."""
+    def read(*tensors):
+        return launch(*(tensors[i] for i in positions))
+    return read
 
 
 def _check(fn: OpFunction, described: tuple, expected: dict[str, tuple]) -> None:
@@ -375,6 +400,7 @@ class DropIn:
         self._arity = len(fn.inputs) + len(fn.params)
         self._lists = "[" in fn.schema.split("->")[0]  # int[] parameters, which callers may give as lists
         self._state = tuple(fn.inputs.index(name) for name in fn.state)  # positions of the state inputs
+        self._backward_needs = fn.backward is not None and "needs" in inspect.signature(fn.backward).parameters
         self.custom_op = self._define_custom_op()
         _functions.append(self)
 
@@ -546,8 +572,9 @@ class DropIn:
         plan = self._plan_for((*saved, *ctx.params), traced=True)
         result = [None] * (self._tensor_count + len(ctx.params))
         if self.fn.backward is not None and not plan.outside:
+            needs = {"needs": tuple(ctx.needs_input_grad[:self._tensor_count])} if self._backward_needs else {}
             ours = self.fn.backward(dict(zip(self.fn.inputs, saved)), dict(zip(self._param_names, ctx.params)),
-                                    outputs, grads)
+                                    outputs, grads, **needs)
             if ours is not None:
                 for i in wanted:
                     result[i] = ours[i]

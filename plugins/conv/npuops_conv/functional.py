@@ -14,6 +14,11 @@ function, which computes or raises as it does. Our kernels take NC[D]HW-contiguo
 compute channels last: each call converts its input (the weight once, while it is unchanged), and
 returns the NC[D]HW view of the channels-last result. Channels-last inputs run torch's function
 (cuDNN's channels-last kernels).
+
+Gradients: ``conv2d``'s and ``conv_transpose2d``'s backward runs our gradient ops as functions
+(Conv2dDgrad, Conv2dWgrad; Conv2dFwd for a transposed conv's input), computing only the gradients
+autograd asks for; the other functions differentiate through torch's derivative of their op's
+formulation.
 """
 
 from __future__ import annotations
@@ -27,19 +32,108 @@ from npuops import OpFunction, batched, define_function, drop_in, int_tuple, tor
 _TORCH_CONVS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
+_INTS = ("groups", "C_out", "kH", "kW")  # params that are one int (the others: int[dims])
+
+
+def _function(name: str, op: str, dims: int, inputs: tuple[str, ...], params: tuple[str, ...], *,
+              bias: bool | None, outputs: int = 1, fallback=None, backward=None, shape_only: tuple[str, ...] = ()):
+    """The op ``op`` as a function of the tensors ``inputs`` (the first fills the workload's
+    ``input``) and then ``params`` in order (``_INTS`` one int each, the others int[dims]), with
+    ``outputs`` tensors; ``bias``: the workload's bias param (None: the op has none)."""
+    params = tuple((p, 0 if "padding" in p else 1) for p in params)
+    signature = ", ".join([*(f"Tensor {t}" for t in inputs),
+                           *(f"int {p}={d}" if p in _INTS else f"int[{dims}] {p}={d}" for p, d in params)])
+    returned = "Tensor" if outputs == 1 else f"({', '.join(['Tensor'] * outputs)})"
+    return define_function(OpFunction("npuops_conv", name, op, f"({signature}) -> {returned}", inputs, params,
+                                      shape_name="input", returns=tuple(range(outputs)),
+                                      constants=() if bias is None else (("bias", bias),), fallback=fallback,
+                                      backward=backward, shape_only=shape_only))
+
+
 def _op(name: str, op: str, dims: int, *, bias: bool | None, tensors: tuple[str, ...] = (), padding: bool = True,
-        fallback=None, params: tuple[str, ...] | None = None):
+        fallback=None, params: tuple[str, ...] | None = None, backward=None):
     """The op ``op`` as a function of its canonical arguments: ``input``, ``weight``, ``tensors``
     (fp8 scales), ``bias`` when given (None: the op has no bias); then ``params`` in order, each
     int[dims] but ``groups`` (default: stride, padding unless not ``padding``, dilation, groups)."""
     inputs = ("input", "weight", *tensors, *(("bias",) if bias else ()))
     names = params or ("stride", *(("padding",) if padding else ()), "dilation", "groups")
-    params = tuple((p, 0 if "padding" in p else 1) for p in names)
-    signature = ", ".join([*(f"Tensor {t}" for t in inputs),
-                           *(f"int groups={d}" if p == "groups" else f"int[{dims}] {p}={d}" for p, d in params)])
-    return define_function(OpFunction("npuops_conv", name, op, f"({signature}) -> Tensor", inputs, params,
-                                      shape_name="input", constants=() if bias is None else (("bias", bias),),
-                                      fallback=fallback))
+    return _function(name, op, dims, inputs, names, bias=bias, fallback=fallback, backward=backward)
+
+
+# -- gradients ------------------------------------------------------------------------------------
+# conv2d's and conv_transpose2d's backward run our gradient ops as functions (our kernels where
+# they cover the call, the op's torch formulation elsewhere): Conv2dDgrad (the input's gradient,
+# from grad_output and the weight) and Conv2dWgrad (the weight's, and the bias's, from the input and
+# grad_output). Their workloads describe the forward conv: the data gradient's function takes the
+# forward input too, for its shape alone (a strided conv drops trailing rows, which grad_output's
+# shape does not tell); the weight gradient's takes the weight's sizes (C_out, kH, kW) as ints.
+_GEOMETRY = ("stride", "padding", "dilation", "groups")
+
+
+def _grad_fallback(mask):
+    """torch's gradient (``aten.convolution_backward``) for calls the op cannot express."""
+    def fallback(input, grad_output, weight=None, stride=1, padding=0, dilation=1, groups=1, C_out=None, kH=None,
+                 kW=None):
+        if weight is None:  # the weight gradient: its shape from the sizes given
+            weight = grad_output.new_empty(1).expand(C_out, input.shape[1] // groups, kH, kW)
+        found = torch.ops.aten.convolution_backward(
+            grad_output, input, weight, [C_out] if mask[2] else None, list(stride), list(padding), list(dilation),
+            False, [0, 0], groups, list(mask))
+        picked = tuple(t for t, wanted in zip(found, mask) if wanted)
+        return picked[0] if len(picked) == 1 else picked
+
+    return fallback
+
+
+_DGRAD = _function("conv2d_dgrad", "Conv2dDgrad", 2, ("input", "grad_output", "weight"), _GEOMETRY, bias=False,
+                   shape_only=("input",), fallback=_grad_fallback((True, False, False)))
+_WGRAD = {has_bias: _function(f"conv2d_wgrad{'_bias' if has_bias else ''}", "Conv2dWgrad", 2, ("input", "grad_output"),
+                              ("C_out", "kH", "kW", *_GEOMETRY), bias=has_bias, outputs=1 + has_bias,
+                              fallback=_grad_fallback((False, True, has_bias)))
+          for has_bias in (False, True)}
+
+
+def _weight_grads(x, grad_out, weight, stride, padding, dilation, groups, wants_weight, wants_bias):
+    """(grad_weight, grad_bias) of the conv of ``x`` by ``weight`` whose output gradient is
+    ``grad_out``, each None where not wanted."""
+    grad_weight = grad_bias = None
+    if wants_weight:
+        found = _WGRAD[wants_bias](x, grad_out, weight.shape[0], weight.shape[2], weight.shape[3], stride, padding,
+                                   dilation, groups)
+        grad_weight, grad_bias = found if wants_bias else (found, None)
+    elif wants_bias:  # the bias's alone: a sum over grad_output's batch and positions
+        grad_bias = grad_out.sum((0, 2, 3))
+    return grad_weight, grad_bias
+
+
+# Each function's backward (see npuops.OpFunction.backward): autograd may hand over a gradient with
+# any strides (an expanded one from .sum()); our kernels take contiguous tensors.
+def _conv2d_backward(inputs, params, outputs, grads, needs):
+    x, weight, grad_out = inputs["input"].contiguous(), inputs["weight"], grads[0].contiguous()
+    stride, padding, dilation, groups = (params[p] for p in _GEOMETRY)
+    grad_input = _DGRAD(x, grad_out, weight, stride, padding, dilation, groups) if needs[0] else None
+    has_bias = len(needs) == 3
+    grad_weight, grad_bias = _weight_grads(x, grad_out, weight, stride, padding, dilation, groups, needs[1],
+                                           has_bias and needs[2])
+    return (grad_input, grad_weight, *((grad_bias,) if has_bias else ()))
+
+
+def _conv_transpose2d_backward(inputs, params, outputs, grads, needs):
+    """y = conv_transpose2d(x, weight) is the adjoint of the conv of y's space by ``weight`` into
+    x's: x's gradient is that conv of grad_y (Conv2dFwd), the weight's that conv's weight gradient
+    with grad_y its input and x its output's gradient."""
+    x, weight, grad_out = inputs["input"], inputs["weight"], grads[0].contiguous()
+    stride, padding, output_padding, dilation, groups = (params[p] for p in (
+        "stride", "padding", "output_padding", "dilation", "groups"))
+    if any(p >= s for p, s in zip(output_padding, stride)):  # not the adjoint of a conv: torch's derivative
+        return None
+    grad_input = _CONVS[2, False](grad_out, weight, stride, padding, dilation, groups) if needs[0] else None
+    has_bias = len(needs) == 3
+    grad_weight, grad_bias = _weight_grads(grad_out, x.contiguous(), weight, stride, padding, dilation, groups,
+                                           needs[1], False)
+    if has_bias and needs[2]:
+        grad_bias = grad_out.sum((0, 2, 3))
+    return (grad_input, grad_weight, *((grad_bias,) if has_bias else ()))
 
 
 def _torch_conv(dims: int):
@@ -52,7 +146,7 @@ def _torch_conv(dims: int):
 
 
 _CONVS = {(dims, has_bias): _op(f"conv{dims}d{'_bias' if has_bias else ''}", f"Conv{dims}dFwd", dims, bias=has_bias,
-                                fallback=_torch_conv(dims))
+                                fallback=_torch_conv(dims), backward=_conv2d_backward if dims == 2 else None)
           for dims in (1, 2, 3) for has_bias in (False, True)}
 _CAUSAL = {has_bias: _op(f"conv1d_causal{'_bias' if has_bias else ''}", "Conv1dCausal", 1, bias=has_bias,
                          padding=False)
@@ -61,7 +155,8 @@ _BIAS_RELU = _op("conv2d_bias_relu", "Conv2dBiasRelu", 2, bias=True)
 _TRANSPOSE = {has_bias: _op(f"conv_transpose2d{'_bias' if has_bias else ''}", "Conv2dTranspose", 2, bias=has_bias,
                             params=("stride", "padding", "output_padding", "groups", "dilation"),
                             fallback=lambda input, weight, bias=None, **given: F.conv_transpose2d(input, weight, bias,
-                                                                                                  **given))
+                                                                                                  **given),
+                            backward=_conv_transpose2d_backward)
               for has_bias in (False, True)}
 _FP8 = _op("conv2d_fp8", "Conv2dFp8Fwd", 2, bias=None, tensors=("x_scale", "w_scale"))
 
