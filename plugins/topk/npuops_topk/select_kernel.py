@@ -21,8 +21,8 @@ set). Three phases:
 A block that takes several rows tries the previous row's floor first: where, scaled to this
 row's length, it listed at least ``topk`` with a margin, and at most 7/8 of the list and
 1.5 ``topk`` + 512 keys (the rounds' work grows with them), it is the floor again and the sample
-is skipped (on the catalog's rows, about nine rows in ten in a simulation on the CPU; the H200
-run h200-s6b measured the time saved, not the count).
+is skipped (on the catalog's rows, about nine rows in ten in a simulation on the CPU; on the
+H200 the time saved was measured, not the count).
 
 Rows of at most ``CANDIDATES`` keys skip the sample (every key is listed). A floor that misjudged
 the row (too few keys listed, or more than the list holds, say thousands of equal scores) sends
@@ -48,8 +48,8 @@ BINS = 1 << SAMPLE_DIGIT[1]
 CANDIDATES = 4096  # listed keys at most (position and key: 32 KB of shared memory)
 SAMPLE_CHUNKS = 32  # the sample: a step's keys in this many chunks spread over the row
 BLOCKS_PER_SM = 5
-# The default launch, the fastest measured on the H200 (h200-s6b-topk-d589191: 1.83 / 2.07 ms
-# tuned): 256 threads, the compiler held to five blocks per SM (a 4096-key list, 34 KB of shared
+# The default launch, the fastest measured on the H200 (topk 1024 / 2048: 1.83 / 2.07 ms):
+# 256 threads, the compiler held to five blocks per SM (a 4096-key list, 34 KB of shared
 # memory each), so that four other blocks' loads overlap one block's selection rounds; as many
 # blocks as fit at once, each taking every grid-th row and reusing floors; warp shuffles for the
 # scans and the slot reservations; listed keys marked once per step; the next row's first step
@@ -81,7 +81,7 @@ def launch_variants() -> list[dict]:
 
     The ``warp_`` options, ``marks`` and ``lead`` are written per thread, which TileLang's CPU target cannot
     build; :func:`tile_level` gives a configuration's twin without them. Measured on the H200
-    (topk 1024 / 2048, ms; benchmarks/README.md has the runs): 512 threads with tile-level scans
+    (topk 1024 / 2048, ms): 512 threads with tile-level scans
     and appends 4.00 / 4.51; 256 threads, four blocks per SM with a 6144-key list 2.51 / 2.76,
     without the warp options 3.39 / 3.85, with five blocks per SM and 4096 keys 2.30 / 2.62; with
     the early end of the rounds 2.27 / 2.54, with ``marks`` 2.19 / 2.45 (six blocks per SM: 2.19
