@@ -95,6 +95,12 @@ class TinyModel(nn.Module):
             nn.Conv2d(3, 4, 3, padding="same", dilation=2),
             nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"),  # left alone
         ])
+        self.channel_norms = nn.ModuleList([
+            nn.BatchNorm2d(3), nn.BatchNorm2d(3, momentum=None), nn.BatchNorm2d(3, track_running_stats=False),
+            nn.InstanceNorm2d(3, affine=True), nn.InstanceNorm2d(3, track_running_stats=True),
+            nn.GroupNorm(3, 3), nn.GroupNorm(1, 3, affine=False),
+        ])
+        self.batch_norm1d = nn.BatchNorm1d(3)
         self.conv1d = nn.Conv1d(3, 5, 3, padding=1)
         self.conv3d = nn.Conv3d(3, 2, 2)
         with torch.no_grad():  # weights away from their init, so a wrong formula shows
@@ -107,13 +113,15 @@ class TinyModel(nn.Module):
         outputs += [pool(image.flatten(2)) for pool in self.pools1d]
         outputs += [pool(image.unsqueeze(2).expand(-1, -1, 4, -1, -1)) for pool in self.pools3d]
         outputs += [conv(image) for conv in self.convs2d]
+        outputs += [norm(image) for norm in self.channel_norms] + [self.batch_norm1d(image.flatten(2))]
         outputs += [self.conv1d(image.flatten(2)), self.conv3d(image.unsqueeze(2).expand(-1, -1, 4, -1, -1))]
         return outputs
 
 
 SWAPPED = {"LayerNorm": 1, "RMSNorm": 1, "LlamaRMSNorm": 1, "GemmaRMSNorm": 1, "Qwen3NextRMSNorm": 1,
            "MaxPool2d": 2, "AvgPool2d": 1, "AdaptiveAvgPool2d": 1, "AdaptiveMaxPool2d": 2, "MaxPool1d": 1,
-           "AvgPool1d": 1, "MaxPool3d": 1, "AvgPool3d": 1, "Conv2d": 3, "Conv1d": 1, "Conv3d": 1}
+           "AvgPool1d": 1, "MaxPool3d": 1, "AvgPool3d": 1, "Conv2d": 3, "Conv1d": 1, "Conv3d": 1, "BatchNorm2d": 3,
+           "BatchNorm1d": 1, "InstanceNorm2d": 2, "GroupNorm": 2}
 
 
 @pytest.fixture
@@ -153,6 +161,33 @@ def test_patch_swaps_what_the_plugins_know_and_computes_the_same(model, inputs):
         assert model.norms["qwen3_next"].forward.__name__ == "gemma_rms_norm_forward"
         assert model.norms["llama"].forward.__name__ == "rms_norm_forward"
         assert_same(model(*inputs), want)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_channel_norms_keep_their_running_statistics_as_the_modules_do(model, inputs, training):
+    """Running means, variances and batch counts after two calls, patched and not (momentum, None's
+    cumulative average, untracked statistics; eval reads them)."""
+    model.train(training)
+    twin = copy.deepcopy(model)
+    for _ in range(2):
+        want = twin(*inputs)
+    with npuops.patch(model):
+        for _ in range(2):
+            got = model(*inputs)
+    assert_same(got, want)
+    for (name, buffer), (_, expected) in zip(model.named_buffers(), twin.named_buffers(), strict=True):
+        torch.testing.assert_close(buffer, expected, msg=name)
+
+
+def test_modules_that_compute_otherwise_are_left_alone():
+    from npuops_norm.modules import norm_forward
+
+    class Fp32BatchNorm(nn.BatchNorm2d):
+        def forward(self, x):
+            return super().forward(x.float()).type_as(x)
+
+    for module in (nn.SyncBatchNorm(3), Fp32BatchNorm(3), nn.LazyBatchNorm2d(), nn.LazyInstanceNorm2d()):
+        assert norm_forward(module) is None, type(module).__name__
 
 
 def test_gradients_flow_as_before(model, inputs):

@@ -1,6 +1,8 @@
 """Model norm modules this family can run (for :func:`npuops.patch`): ``torch.nn.LayerNorm`` and
-``torch.nn.RMSNorm`` with their weights, and Hugging Face's RMSNorm modules, recognized without
-importing transformers.
+``torch.nn.RMSNorm`` with their weights, ``torch.nn.BatchNorm1d/2d/3d``, ``InstanceNorm1d/2d/3d``
+and ``GroupNorm`` (their running statistics kept as the modules keep them), and Hugging Face's
+RMSNorm modules, recognized without importing transformers. Subclasses that override ``forward``
+compute something else and are left alone.
 
 Hugging Face defines one RMSNorm class per model (``LlamaRMSNorm``, ``Qwen2RMSNorm``,
 ``GemmaRMSNorm``, ...). A module is a candidate when its class name ends in ``RMSNorm`` and it has a
@@ -18,7 +20,11 @@ already multiplies in fp32, as ``gemma_rms_norm`` does.
 
 import torch
 
-from .functional import gemma_rms_norm, layer_norm, rms_norm
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
+from torch.nn.parameter import is_lazy
+
+from .functional import batch_norm, gemma_rms_norm, group_norm, instance_norm, layer_norm, rms_norm
 
 
 def _layer_norm_forward(module, input):
@@ -27,6 +33,38 @@ def _layer_norm_forward(module, input):
 
 def _rms_norm_forward(module, input):
     return rms_norm(input, module.normalized_shape, module.weight, module.eps)
+
+
+def _batch_norm_forward(module, input):
+    """``_BatchNorm.forward`` with our ``batch_norm``: the same momentum (a cumulative average where
+    it is None), batch-count update and choice of statistics."""
+    module._check_input_dim(input)
+    factor = 0.0 if module.momentum is None else module.momentum
+    if module.training and module.track_running_stats and module.num_batches_tracked is not None:
+        module.num_batches_tracked.add_(1)
+        factor = 1.0 / float(module.num_batches_tracked) if module.momentum is None else module.momentum
+    use_batch = module.training or (module.running_mean is None and module.running_var is None)
+    tracked = not module.training or module.track_running_stats
+    return batch_norm(input, module.running_mean if tracked else None, module.running_var if tracked else None,
+                      module.weight, module.bias, use_batch, factor, module.eps)
+
+
+def _instance_norm_forward(module, input):
+    """``_InstanceNorm.forward`` with our ``instance_norm``; an input whose channels differ from
+    ``num_features`` goes to the class's forward, which raises or warns as it does."""
+    module._check_input_dim(input)
+    unbatched = input.dim() == module._get_no_batch_dim()
+    if input.size(0 if unbatched else 1) != module.num_features:
+        return type(module).forward(module, input)
+    x = input.unsqueeze(0) if unbatched else input
+    y = instance_norm(x, module.running_mean, module.running_var, module.weight, module.bias,
+                      module.training or not module.track_running_stats,
+                      module.momentum if module.momentum is not None else 0.0, module.eps)
+    return y.squeeze(0) if unbatched else y
+
+
+def _group_norm_forward(module, input):
+    return group_norm(input, module.num_groups, module.weight, module.bias, module.eps)
 
 
 def _hf_forward(form, norm, eps_attribute):
@@ -79,6 +117,14 @@ def norm_forward(module):
     if isinstance(module, torch.nn.RMSNorm):
         ok = cls.forward is torch.nn.RMSNorm.forward and module.weight is not None
         return _rms_norm_forward if ok else None
+    if any(is_lazy(t) for t in (getattr(module, "weight", None), getattr(module, "running_mean", None))):
+        return None  # a lazy module before its first call: no shape yet
+    if isinstance(module, _BatchNorm):  # SyncBatchNorm overrides forward: left alone
+        return _batch_norm_forward if cls.forward is _BatchNorm.forward else None
+    if isinstance(module, _InstanceNorm):
+        return _instance_norm_forward if cls.forward is _InstanceNorm.forward else None
+    if isinstance(module, torch.nn.GroupNorm):
+        return _group_norm_forward if cls.forward is torch.nn.GroupNorm.forward else None
     if not cls.__name__.endswith("RMSNorm"):
         return None
     weight = getattr(module, "weight", None)
