@@ -8,11 +8,11 @@ pooling) and ``"lanes"`` for those over planes of whole 16-byte vectors, ``"stri
 that tile the input, ``"vectors"`` for sliding windows over rows of whole 16-byte vectors, with
 several output depths a thread (``march``) where windows overlap in depth.
 
-Sizes at launch: a kernel whose code depended on the sizes was built per shape (a model's every
-new image size stalled on a build, issue 42). The ``"sizes_at_launch"`` kernel takes them as
+Sizes at launch: a kernel whose code depends on the sizes is built per shape, so a model would
+stall on a build at every new image size. The ``"sizes_at_launch"`` kernel takes them as
 ``T.dynamic`` values, and its grid gives each block its plane block, output row and column tile,
-so no thread divides by one (an earlier attempt divided flat indices by them, in 64 bits, and ran
-2-8x slower on the H100). What its code still takes from the sizes is a class of them, in the key:
+so no thread divides by one (dividing flat indices by the sizes, in 64 bits, ran 2-8x slower on
+the H100). What its code still takes from the sizes is a class of them, in the key:
 rows of whole 16-byte vectors or not (vector loads or a load a tap), indices past int32, and the
 tile (fewer planes than a block takes). It computes its element offsets in 32 bits (TileLang makes
 an index it cannot bound 64-bit, clamps and all): ``scripts/pool-kernel-code.py`` compares the
@@ -29,7 +29,7 @@ select takes three; averages sum in fp32 and divide as PyTorch divides. Sliding 
 ``[floor(o * n / m), ceil((o + 1) * n / m))``. A tap an average sums is cast to fp32 once: CUDA's
 half-to-float conversion is an inline asm statement that the compiler neither merges nor
 speculates, so an expression naming a half load three times (as PyTorch's NaN-propagating max
-does) converted it three times behind branches, which made f16 40% slower than bf16 on the H200.
+does) converts it three times behind branches, which made f16 40% slower than bf16 on the H200.
 
 Why the ``"rows"`` kernel: a thread per output reading its taps from global memory (the
 ``"window"`` kernel, and torch.compile's Triton kernel) issues a 2-byte load per tap, strided by the
@@ -68,8 +68,8 @@ MARCH_STEPS = (4, 6, 9)  # output depths a "vectors" thread may take (equal spli
 
 # The kernel prelude of max pooling: a NaN-propagating max in one instruction (sm_80+), where the
 # select ``v > acc || isnan(v) ? v : acc`` takes three per tap. The 16-bit resnet-stem max pools ran
-# at about 60% of the copy rate with the select, 67% without (h200-s12c-pool-9b35e04): they were
-# partly issue-bound. Plain C for TileLang's CPU target.
+# at about 60% of the copy rate with the select, 67% without, on the H200: they are partly
+# issue-bound. Plain C for TileLang's CPU target.
 # The 16-bit forms (templates: the prelude precedes TileLang's definitions of bfloat16_t and
 # half_t) let a max over 16-bit taps stay in their type, exact, with no conversions.
 MAX_NAN = r"""
@@ -232,10 +232,9 @@ def shape_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
     if stages_planes(spec, dtype, PLANES_PER_BLOCK):
         unstaged = [{"kernel": "planes", "threads": t, "staged": False} for t in (PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK)
                     ] if loads_planes_whole(spec, dtype) else []
-        # Lanes first where they apply: 6.0 µs against 6.3-7.4 for every planes variant on
-        # textcnn-global (h200-s9b-spectral-maxpool1d-topk-5dfb271). Half the lanes, two vectors
-        # each, first of those, as torch.compile's kernel gives a 128-long plane 8 threads: 5.18 µs
-        # against 5.73 for lanes of one vector (h200-s10a-norm-pool-b18ea1e).
+        # Lanes first where they apply: on an H200, 6.0 µs against 6.3-7.4 for every planes variant
+        # on textcnn-global. Half the lanes, two vectors each, first of those, as torch.compile's
+        # kernel gives a 128-long plane 8 threads: 5.18 µs against 5.73 for lanes of one vector.
         most = plane_lanes(spec, dtype)
         lanes = [{"kernel": "lanes", "threads": t, "lanes": most // 2} for t in (BLOCK // 2, BLOCK // 4) if most >= 4] + [
             {"kernel": "lanes", "threads": t} for t in (BLOCK // 2, BLOCK)] if most else []
@@ -254,37 +253,37 @@ def shape_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
                                  default_tile(spec, dtype, OUTPUTS_PER_BLOCK * 4)) if t and t != tile)]
     rows = [{"kernel": "rows", "threads": t, "rows": r, "cols": c}
             for (r, c) in dict.fromkeys(tiles) for t in (BLOCK, BLOCK // 2)]
-    # After the default: measured within 0.2 us of the others where it applies (h200-s4b-pool-strips).
+    # After the default: measured within 0.2 us of the others where it applies (H200).
     strips = [{"kernel": "strips", "threads": t} for t in (BLOCK, BLOCK // 2)] if strip_width(spec, dtype) else []
     outputs = vector_outputs(spec, dtype)
     vectors = [{"kernel": "vectors", "threads": t, "outputs": outputs * m} for m in (1, 2) for t in (BLOCK // 2, BLOCK)
                ] if outputs else []
-    # 128 threads: 53-60 µs on medicalnet-stem where 256 took 67-88 (h200-s13b-pool-march-1e520d7).
+    # 128 threads: 53-60 µs on medicalnet-stem where 256 took 67-88 (H200).
     vectors += [{"kernel": "vectors", "threads": t, "outputs": outputs, "march": m}
                 for m in marches(spec) for t in (BLOCK // 4, BLOCK // 2)] if outputs else []
     # Half-size window blocks too: on small inputs (AvgPool3d divisor: 124 blocks of 256) they fill every SM.
     first = [*rows, *strips, *window[:2]] if prefers_rows(spec) else [*window[:2], *rows, *strips]
     if side_by_side(spec):
         return [*paired, *first, *vectors, *predicated]
-    # The vectors kernel (128 threads) leads where it applies: in the tunings of
-    # h200-s14d-pool-grouped-88d4284 it was faster than the launch that led before on each such
-    # workload but c3d-pool2 (16.83 against 16.40 µs), where that launch took up to 1.9 times the
-    # fastest variant (resnet-stem 26.69 -> 17.70 µs, medicalnet-stem 66.18 -> 38.43, 34.03 with
-    # its marching variant); within 3% of the fastest on the others.
+    # The vectors kernel (128 threads) leads where it applies: in tunings on an H200 it was faster
+    # than the leading launch of ``first`` on each such workload but c3d-pool2 (16.83 against
+    # 16.40 µs); that launch took up to 1.9 times the fastest variant (resnet-stem 26.69 -> 17.70
+    # µs, medicalnet-stem 66.18 -> 38.43, 34.03 with its marching variant); within 3% of the
+    # fastest on the others.
     return [*vectors[:1], *first, *vectors[1:], *predicated, *paired]
 
 
 def side_by_side(spec: Pooling) -> bool:
     """1-d windows that tile the input: no overlap, no gap, no padding. Two outputs a thread won
     the one such workload, sincnet: 10.14 µs against 12.03 for the rows kernel; on the four 1-d
-    workloads with overlapping windows rows or vectors won, by 3-18% (h200-s11c-pool1d-f5b7af0)."""
+    workloads with overlapping windows rows or vectors won, by 3-18% (H200)."""
     kernel, stride, padding, dilation = _sliding(spec)
     return len(spec.spatial_in) == 1 and kernel == stride and not any(padding) and dilation == (1, 1, 1)
 
 
 def prefers_rows(spec: Pooling) -> bool:
     """Whether the rows kernel is the default for these sliding windows: 1-d pools and windows
-    that do not overlap. Measured on the H200 (h200-pool-topk-7aa4ae0, every variant timed): it
+    that do not overlap. Measured on the H200 (every variant timed): it
     won there (long-temporal 17.9 vs 22.2 µs, vgg-block, c3d), while overlapping 2-d/3-d windows
     ran faster a thread per output (resnet-stem 34.1 vs 40.3 µs, alexnet, the small 3-d ones;
     one exception, 5x5 stride 2: 5.9 vs 6.6 µs)."""
@@ -647,8 +646,8 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
     ``march`` > 1 (:func:`marches`): the thread takes that many output depths too, reduces each
     input depth slice once and folds it into every window holding it. Windows overlapping in depth
     otherwise re-read their shared slices: a 3x3x3 stride-2 max pool loads 3 slices per output
-    depth, or 2 marching (medicalnet-stem 59.8 -> 53.3 µs, h200-s13b-pool-march-1e520d7). Marching
-    in height (2-d windows) lost everywhere it was tried there, by 10-30%: a thread's slices are
+    depth, or 2 marching (medicalnet-stem 59.8 -> 53.3 µs on the H200). Marching in height (2-d
+    windows) lost on every workload where it applies, by 10-30%: a thread's slices are
     loaded one after another, where a thread per output row issues its rows' loads at once."""
     import tilelang.language as T
 
@@ -964,9 +963,8 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
     ``predicated``: every tap is loaded (from an address clamped into the input) and taps outside
     the window are masked afterwards, as torch.compile's Triton kernel masks its loads, so that a
     thread's loads are all issued before any is used; otherwise taps outside are skipped by
-    branches. Measured on the H200 (h200-s6e-pool-3a055e5): 13.6% faster on AdaptiveAvgPool2d
-    nondiv-7x7, within 3% or slower elsewhere (four outputs per thread, also tried there, won
-    nowhere)."""
+    branches. Measured on the H200: 13.6% faster on AdaptiveAvgPool2d nondiv-7x7, within 3% or
+    slower elsewhere (four outputs per thread won nowhere)."""
     import tilelang.language as T
 
     dt = tilelang_dtype(dtype)
