@@ -66,7 +66,7 @@ def reduces_groups(groups: int, threads: int, length: int) -> bool:
 # CLUSTER_ELEMENTS_PER_THREAD per thread, at most MAX_CLUSTER blocks (the portable cluster size).
 # Single-row RMSNorm, 16384 wide: 4.32 µs in 8 blocks of 128 threads, 4.51 in 4, 5.15 in one block;
 # 8192 wide: 4.32 in 4 blocks against 4.54; 4096 wide: 4.32 in 2-8 blocks against 4.13 in one
-# (benchmarks/h200-s11-cluster-probe.jsonl.gz), hence at least MIN_CLUSTER blocks.
+# (H200), hence at least MIN_CLUSTER blocks.
 CLUSTER_SLICE = 2048
 CLUSTER_ELEMENTS_PER_THREAD = 16
 MIN_CLUSTER, MAX_CLUSTER = 4, 8

@@ -28,7 +28,7 @@ F32 = "float32"
 COMPILER_FENCE = 'static __device__ __forceinline__ void npuops_compiler_fence() { asm volatile("" ::: "memory"); }\n'
 ROUNDING_MAGIC = 12582912.0  # 1.5 * 2^23: x + it rounds x (|x| < 2^22) to an integer, half to even
 MAX_THREADS = 1024
-# Launch rule read off a sweep on the H200 (benchmarks/h200-row-kernel-sweep.jsonl.gz): about 32
+# Launch rule read off a sweep of launches on the H200: about 32
 # elements per thread was fastest or within 2% at 4096, 8192 and 16384 wide rows (1024
 # threads lost 40-80%), and asking for two blocks per SM took LayerNorm 16384 from 80 registers
 # and one resident row per SM to 64 and two: 64.5 -> 42 us. Four blocks per SM spilled (100 us).
@@ -36,12 +36,12 @@ ELEMENTS_PER_THREAD = 32
 MIN_BLOCKS_PER_SM = 2
 # Tuning variants for many rows: registers capped at 128, 96 and 64 a thread (as many blocks per SM
 # as that leaves room for), where that asks for more blocks than the rule. These rows are bound by
-# the bytes each SM has in flight, and registers bound the rows in flight: in ncu (h200-s15-ncu),
+# the bytes each SM has in flight, and registers bound the rows in flight: in Nsight Compute,
 # 2048 rows of 4096 took 9.0 us with 48 registers at 128 threads (L2Norm), 9.8 with 63 (RMSNorm),
 # 10.6 with 80 (LayerNorm). Four blocks (a 128-register cap at 128 threads, 64 at 256) won 26 of
-# the 66 tunings that offered them in h200-s15c-norm-6c3f221 (RMSNorm 405b prefill 34.21 -> 32.77
-# µs against h200-s12a); the other caps' block counts (5, 8, 10, 16) won 22 of the 48 that offered
-# them in h200-s16a-norm-f17751a (RMSNorm 70b prefill 17.95 -> 17.42 at 128 threads x 8 blocks,
+# the 66 tunings of the catalog that offered them on the H200 (RMSNorm 405b prefill 34.21 -> 32.77
+# µs); the other caps' block counts (5, 8, 10, 16) won 22 of the 48 that offered them (RMSNorm 70b
+# prefill 17.95 -> 17.42 at 128 threads x 8 blocks,
 # Gemma 18.26 -> 17.63, LayerNormQuant 18.82 -> 18.18 at 128 x 5). ptxas keeps LayerNorm 8192
 # wide at 128 threads within 96 without spilling (five blocks), not within 64.
 REGISTER_CAPS = (128, 96, 64)
@@ -50,7 +50,7 @@ MAX_BLOCKS_PER_SM = 32
 # Staged variants: the row (and a fused add's residual) copied into shared memory with cp.async,
 # so the bytes in flight are bounded by shared memory (228 KiB an SM, 1 KiB of it reserved per
 # block) rather than by the registers that would hold them. They won 14 of the 56 tunings that
-# offered them in h200-s16b-staged-748fedc, most by under 2% (RMSNormQuant 405b prefill 29.63 ->
+# offered them on the H200, most by under 2% (RMSNormQuant 405b prefill 29.63 ->
 # 28.35 µs, WeightNorm 33.44 -> 32.80); LayerNorm's rows, which they were written for, stayed
 # faster in registers (16384 wide: 37.95 against 38.34).
 SHARED_PER_SM, SHARED_RESERVED_PER_BLOCK = 228 * 1024, 1024 + 256  # the reserved KiB and the exchange slots
@@ -60,11 +60,11 @@ FEW_ROWS = 8
 FEW_ROWS_ELEMENTS_PER_THREAD = 8
 # Rows that fit one block an SM gain nothing from budgeting registers for two: 64 rows of 32768
 # (L1Norm, 1024 threads) took 9.84 µs so and 6.69 with registers unbounded
-# (h200-s16b-staged-748fedc's tuning; L2Norm 9.44 against 6.66).
+# (L2Norm 9.44 against 6.66).
 ONE_WAVE_ROWS = H200_SMS
 # Many wide rows: twice the share per thread (16384 wide, and LayerNorm-kind rows 8192 wide), with
 # four blocks an SM where ptxas holds that without spilling: at 128 threads (128 registers) and for
-# light rows (64 registers at 256 threads). Read off h200-s16b-staged-748fedc's tunings, where this
+# light rows (64 registers at 256 threads). Read off tunings on the H200, where this
 # beat 32 elements x two blocks on most such rows: RMSNorm 2048 x 16384 bf16 36.30 -> 32.74 µs
 # (256 x 4), LayerNorm 2048 x 8192 f16 22.88 -> 19.10 (128 x 4), LayerNormQuant 22.13 -> 17.12.
 # Heavier rows at 256 threads x 4 spilled (LayerNorm 16384 wide: 93 µs; GroupRMS f16 39.9 against
@@ -74,7 +74,7 @@ WIDE_ROW, MEANVAR_WIDE_ROW = 16384, 8192
 WIDE_ROW_ELEMENTS_PER_THREAD = 64
 WIDE_ROW_BLOCKS_PER_SM = 4
 # Many rows 4096 wide with a per-column or per-row operand are pipelined by rule, at four blocks an
-# SM: in h200-s20e-norm-abbccac's tunings 128 threads x 4 pipelined beat the rule's 128 x 2 on all 12
+# SM: in tunings on the H200 128 threads x 4 pipelined beat 128 x 2 unpipelined on all 12
 # such rows (LayerNorm 2048 x 4096 bf16 12.03 -> 11.65 µs, f16 12.40 -> 11.65; RMSNorm 11.55 -> 10.94
 # and 11.68 -> 10.94; LayerNormQuant 11.87 -> 11.01; Gemma 11.68 -> 11.04; AdaLN 12.35 -> 12.22;
 # WeightNorm 10.94 -> 10.72). Rows with neither (L1, L2) lost up to 2% so (10.72 -> 10.94 µs), and
@@ -88,9 +88,9 @@ def elements_per_thread(spec: RowNorm, rows: int, hidden: int) -> int:
     if rows <= FEW_ROWS:
         return FEW_ROWS_ELEMENTS_PER_THREAD
     if absmax_joins_statistic(spec):
-        return ELEMENTS_PER_THREAD  # RMSNormQuant 2048 x 16384 bf16: 512 x 2 26.72 µs, 256 x 2 31.20 (h200-s19d)
+        return ELEMENTS_PER_THREAD  # RMSNormQuant 2048 x 16384 bf16: 512 x 2 26.72 µs, 256 x 2 31.20
     if spec.stat == "meanvar" and chunkable(spec) and hidden >= WIDE_ROW and not holds_f32(spec, rows):
-        return ELEMENTS_PER_THREAD  # LayerNorm 2048 x 16384 in 16 bits: 512 x 2 37.52 µs, 256 x 2 38.88 (h200-s17a)
+        return ELEMENTS_PER_THREAD  # LayerNorm 2048 x 16384 in 16 bits: 512 x 2 37.52 µs, 256 x 2 38.88
     wide = hidden >= (MEANVAR_WIDE_ROW if spec.stat == "meanvar" else WIDE_ROW)
     return WIDE_ROW_ELEMENTS_PER_THREAD if rows > ONE_WAVE_ROWS and wide else ELEMENTS_PER_THREAD
 
@@ -104,7 +104,7 @@ def light(spec: RowNorm) -> bool:
 
 def holds_f32(spec: RowNorm, rows: int) -> bool:
     """The rule's ``f32_row``: many plain LayerNorm rows, quantized or not, held in f32 from their
-    load. In h200-s18c it was as fast or faster at the rule's launch on every such row measured:
+    load. On the H200 it was as fast or faster at the rule's launch on every such row measured:
     LayerNormQuant 2048 x 16384 bf16 35.07 -> 31.65 µs, x 8192 18.75 -> 17.47, f16 32.10 -> 31.36
     and 17.22 -> 17.22; LayerNorm 2048 x 8192 19.63 -> 18.98, x 4096 12.21 -> 12.18, and x 16384
     37.57 at 512 threads (32 elements, 16 bits) -> 37.15 at 256 (64 in f32: at 512 they spilled)."""
@@ -121,10 +121,10 @@ def held_in_f32(spec: RowNorm, rows: int, f32_row: bool | None = None, staged: b
 def absmax_joins_statistic(spec: RowNorm) -> bool:
     """Quantized RMS rows without bias or modulation: y = x w / rms, so max |y| = max |x w| / rms,
     reduced with the sum of squares behind the same barrier once the weight is loaded with the row
-    (the rule's ``prefetch`` for them), and q formed from x w without y. At the rule's launch in
-    h200-s19d's tunings, against the weight read after two reductions: RMSNormQuant 2048 x 16384
-    bf16 29.34 -> 26.72 µs, f16 29.49 -> 27.94, x 8192 15.79 -> 14.91 and 15.87 -> 15.87, x 4096
-    10.69 -> 9.70; decode 405b 5.06 -> 4.32 (s17c against s19d)."""
+    (the rule's ``prefetch`` for them), and q formed from x w without y. At the rule's launch on
+    the H200, against the weight read after two reductions: RMSNormQuant 2048 x 16384 bf16 29.34 ->
+    26.72 µs, f16 29.49 -> 27.94, x 8192 15.79 -> 14.91 and 15.87 -> 15.87, x 4096 10.69 -> 9.70;
+    decode 405b 5.06 -> 4.32."""
     return spec.quant_min_scale is not None and spec.stat == "rms" and not spec.bias and not spec.modulated
 
 
@@ -143,8 +143,8 @@ def pipelines(spec: RowNorm, rows: int, hidden: int) -> bool:
 
 def evicts_last(spec: RowNorm, rows: int) -> bool:
     """The rule's ``evict_last`` (where :func:`evict_lastable`): many rows with a residual, two
-    tensors read and two written a row. In h200-s21-evict-probe, at the launch s20e tuned and at
-    the rule's, FusedAddRMSNorm 2048 x 16384 bf16 65.65 -> 63.06 µs, x 8192 f16 32.86 -> 31.62,
+    tensors read and two written a row. On the H200, at the tuned launch and at the rule's,
+    FusedAddRMSNorm 2048 x 16384 bf16 65.65 -> 63.06 µs, x 8192 f16 32.86 -> 31.62,
     FusedAddLayerNorm x 16384 33.95 -> 33.05; rows 4096 wide moved under 1%."""
     return rows > FEW_ROWS and spec.residual
 
@@ -256,7 +256,7 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         # the other choice than the rule's (absmax_joins_statistic)
         variants += [{**config, "prefetch": not absmax_joins_statistic(spec)} for config in variants if config["min_blocks"] > 1]
     if rows > FEW_ROWS and chunkable(spec) and hidden >= WIDE_ROW:
-        # Stored a vector at a time: of h200-s17a-chunked-probe's 13 tunings they won the two
+        # Stored a vector at a time: of 13 tunings on the H200 they won the two
         # LayerNorm rows 16384 wide (36.90 against 37.52 µs, 34.94 against 35.65) and tied FusedAddRMS
         # there; narrower rows ran faster with every load ahead (LayerNorm 4096 wide 12.42 against 11.97).
         variants += [{**config, "chunked": True} for config in variants
@@ -273,15 +273,14 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
                          if 1 < blocks <= fit and blocks * threads * REGISTER_CAPS[-1] <= REGISTERS_PER_SM]
     if rows > ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM and pipelinable(spec):
         # The plain register launches, pipelined, where the two rows a thread holds leave it
-        # PIPELINE_SPARE_REGISTERS of its share. They won 14 of h200-s20e-norm-abbccac's 109
-        # tunings: 13 of 2048 x 4096 (LayerNorm 12.03 -> 11.36 µs) and RMSNormQuant 2048 x 16384 f16
-        # (27.87 -> 27.30); on wider rows they lost by up to 6.5% at two blocks an SM (h200-s20d:
-        # LayerNormQuant 2048 x 8192 17.12 against 18.21), the barrier after each row, and where the
+        # PIPELINE_SPARE_REGISTERS of its share. They won 14 of 109 tunings on the H200: 13 of
+        # 2048 x 4096 (LayerNorm 12.03 -> 11.36 µs) and RMSNormQuant 2048 x 16384 f16 (27.87 ->
+        # 27.30); on wider rows they lost by up to 6.5% at two blocks an SM (LayerNormQuant 2048 x 8192 17.12 against 18.21), the barrier after each row, and where the
         # rows took more registers they spilled (RMSNorm 2048 x 16384 f16 at 256 threads x 4:
         # 152.67 µs). Rows held in f32 at 128 registers a thread (LayerNorm(Quant) 8192 wide at
         # 128 threads x 4, 16384 wide at 256 x 2) hold both rows without spilling (ptxas -v); at 32
         # or 64 registers the rest of the kernel's state spilled (1024 threads, 16384 wide: 34.0 to
-        # 66.96 µs in h200-s23a against 26.8 to 32.5 for the fastest).
+        # 66.96 µs against 26.8 to 32.5 for the fastest).
         def rows_fit(threads: int, blocks: int) -> bool:
             share = hidden // threads
             held = share * (4 if holds_f32(spec, rows) else dtype.itemsize) + share * dtype.itemsize  # bytes
@@ -295,12 +294,12 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
             variants.append({**variants[0], "welford": False})
     elif spec.segments == 1:
         # Groups of whole warps reduce through block_reducer; TileLang's all-reduce stays a choice:
-        # with one warp a group it was 2-3% faster (GroupRMS 4096 wide, 256 threads, h200-s14b).
+        # with one warp a group it was 2-3% faster (GroupRMS 4096 wide, 256 threads, H200).
         variants += [{**config, "tile_allreduce": True} for config in variants
                      if reduces_groups(spec.groups, config["threads"], hidden // spec.groups)]
     if rows > FEW_ROWS and spec.quant_min_scale is None:
-        # The other choice than the rule's (evicts_last) for rows in registers as 16-bit values: in
-        # h200-s21-evict-probe the hint slowed rows held in f32 (LayerNorm 2048 x 16384 35.90 against
+        # The other choice than the rule's (evicts_last) for rows in registers as 16-bit values: on
+        # the H200 the hint slowed rows held in f32 (LayerNorm 2048 x 16384 35.90 against
         # 38.42 µs) and quantized rows (RMSNormQuant x 16384 f16 27.41 against 28.21) and sped up wide RMS
         # rows (QKNorm x 16384 65.85 -> 64.82, GroupRMSNorm 32.57 -> 32.08, AdaLN x 4096 11.66 -> 11.30).
         variants += [{**config, "evict_last": not evicts_last(spec, rows)} for config in variants
@@ -311,8 +310,8 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
     if split:
         # The rule's cluster first, then twice the threads, then half the blocks; then each with its
         # blocks' results exchanged through mbarriers, not measured yet (the decode rows of two
-        # cluster reductions, LayerNormQuant's, took 2.56-2.66 µs of kernel time against RMSNormQuant's
-        # one, 1.98, in h200-s23-spectral-slab-probe's cupti.log).
+        # cluster reductions, LayerNormQuant's, take 2.56-2.66 µs of kernel time on the H200 against
+        # RMSNormQuant's one, 1.98).
         blocks, threads = split
         clustered = [{"threads": threads, "min_blocks": 1, "cluster": blocks},
                      {"threads": threads * 2, "min_blocks": 1, "cluster": blocks},
@@ -340,7 +339,7 @@ def f32_rowable(spec: RowNorm) -> bool:
     """Whether a row may be held in f32 from its load (``rowwise_kernel(f32_row=True)``): plain
     mean-and-variance rows without a residual, whose every element is otherwise converted three
     times (twice for the moments, once for the output). As fast or faster at the rule's launch on
-    every such row measured in h200-s18c (LayerNormQuant 2048 x 16384 bf16 35.07 -> 31.65 µs,
+    every such row measured on the H200 (LayerNormQuant 2048 x 16384 bf16 35.07 -> 31.65 µs,
     LayerNorm 2048 x 8192 19.63 -> 18.98); RMSNormQuant's rows, converted twice, gained nothing."""
     return stageable(spec) and spec.stat == "meanvar" and not spec.residual
 
@@ -375,8 +374,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
     override the launch rule; ``tile_allreduce`` reduces plain rows and groups of whole warps with
-    TileLang's block all-reduce too (a variant: up to 3% faster on a few 16384-wide prefill rows in
-    h200-s7a, slower on every decode row; 2-3% faster with one warp a group in h200-s14b);
+    TileLang's block all-reduce too (a variant: on the H200 up to 3% faster on a few 16384-wide
+    prefill rows, slower on every decode row; 2-3% faster with one warp a group);
     ``cluster`` (blocks per row, see :func:`row_cluster`) too; ``welford`` takes a plain unmasked
     row's mean and variance in one reduction (block_reduce.moments_reducer) rather than a mean then
     a centered sum; ``staged`` copies a plain row (and its residual) into shared memory with cp.async
@@ -688,7 +687,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             # One vector a thread at a time, a compiler fence after each: the compiler cannot hoist
             # every vector's weight and bias loads above the first store, which took registers for
             # all of them (LayerNorm 4096 wide at 128 threads: 80, 56 chunked). Each vector's loads
-            # then wait in turn: faster only on rows 16384 wide (h200-s17a-chunked-probe). A tuple,
+            # then wait in turn: faster only on rows 16384 wide. A tuple,
             # not a range, which TileLang would make a loop indexing the row's registers at run time.
             for k in tuple(range(vectors)):
                 for i in T.Parallel(threads * vec):

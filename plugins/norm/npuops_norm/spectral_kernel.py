@@ -16,19 +16,17 @@ Many rows, the default where W splits into them (:func:`_column_slabs`): all of 
 cooperative launch, a block an SM, each block all rows of a slab of columns. Wᵀu is whole for a
 block's columns once it has read its slab, so its partial sums of W t over those columns follow at
 once, with no barrier between the two passes over W and no pass 2: two grid barriers in all. Steps
-over a slab are held in shared memory, then in registers, the rest read again. In
-h200-s23-spectral-slab-probe it led the row slabs below on all six catalog prefill rows (16384
-wide bf16 52.80 -> 48.34 µs, f16 52.53 -> 47.62; 8192 bf16 27.48 -> 25.57; 4096 bf16 18.94 -> 17.51).
+over a slab are held in shared memory, then in registers, the rest read again. On the H200 it
+leads the row slabs below on all six catalog prefill rows (16384 wide bf16 52.80 -> 48.34 µs, f16 52.53 -> 47.62; 8192 bf16 27.48 -> 25.57; 4096 bf16 18.94 -> 17.51).
 
 Row slabs (:func:`_cooperative`, the default where column slabs do not fit): the same one
 cooperative launch, each block a slab of rows, grid barriers between passes 1, 2, 3 and 4. Each
 slab's first rows stay in the block's shared memory from pass 1 on (all of them up to 4096 wide),
 so W is read from DRAM once where it fits there, and only the rest again. Pass 3 streams the rows
-as pass 1 does, each thread holding its columns of t. It beat the five launches below on every
-catalog prefill row in h200-s18b-spectral-f49a67c's tunings (2048 x 4096: 23.62 -> 19.20 µs;
-8192: 37.79 -> 29.50; 16384: 71.94 -> 62.37); pass 3 streamed took h200-s19a-spectral-a6d6bb8's to
-19.01, 27.46 and 54.94, and pass 4 writing pass 3's last rows from registers took 16384 wide to
-53.12 (h200-s19c-spectral-8778ef0).
+as pass 1 does, each thread holding its columns of t. It beats the five launches below on every
+catalog prefill row on the H200, tuned: 2048 x 4096 23.62 -> 19.20 µs, 8192 37.79 -> 29.50, 16384
+71.94 -> 62.37 in its basic form; pass 3 streamed takes these to 19.01, 27.46 and 54.94, and pass 4
+writing pass 3's last rows from registers takes 16384 wide to 53.12.
 
 The five-launch form, a launch variant (and the rule where the cooperative kernel's accumulators
 would not fit in registers): passes 1 (column tiles x row chunks, each thread keeping ROW_UNROLL
@@ -40,7 +38,7 @@ A single row (R == 1, the decode workloads) is one launch: with w = W[0] and u0 
 t = u0 w, so ||t||² = u0² ||w||², s = w·v' = u0 ||w||² / nt and sigma follow from one reduction
 (a one-barrier block reduction, see block_reduce), over a cluster of blocks where the row is wide
 enough (block_reduce.cluster_split). The five launches' pass 3 keeps TileLang's all-reduce: the
-one-barrier form measured 1-7% slower on the prefill rows (h200-s8a, h200-s8b against h200-s7b).
+one-barrier form measured 1-7% slower on the prefill rows (H200).
 
 Launch variants (``npuops run --tune``): the cooperative kernel's threads; the column slabs'
 threads and steps held in registers; threads of the per-row kernels (3, 5 and the single row), the
@@ -68,7 +66,7 @@ ROW_UNROLL = 8  # rows of W each column-partial thread has in flight (one 16-byt
 SUM_TILE = 256  # columns per block summing the partials (64 threads x 4)
 THREADS = 1024  # threads of the one-block kernels
 ROW_THREADS = 512  # the single row's default, and the per-row kernels' without pdl (fastest of 256-1024 on
-#                    most catalog workloads in h200-s7a; 256 on 4096 columns); with pdl, half that
+#                    most catalog workloads on the H200; 256 on 4096 columns); with pdl, half that
 
 
 def unsupported(rows: int, cols: int) -> str | None:
@@ -97,15 +95,15 @@ def launch_variants(rows: int, cols: int, dtype: torch.dtype) -> list[dict[str, 
     pairs = [(ROW_THREADS, chunks), (ROW_THREADS // 2, chunks), (ROW_THREADS * 2, chunks), (ROW_THREADS, chunks // 2)]
     if chunks * 2 * ROW_UNROLL <= rows:
         pairs.append((ROW_THREADS, chunks * 2))
-    # Programmatic dependent launch first, at half the threads: it won every prefill tuning in
-    # h200-s16a-norm-f17751a (W8 27.90 -> 23.87 µs, W5 41.70 -> 38.14 at 256 threads; W2 75.74 ->
+    # Programmatic dependent launch first, at half the threads: it won every prefill tuning on the
+    # H200 (W8 27.90 -> 23.87 µs, W5 41.70 -> 38.14 at 256 threads; W2 75.74 ->
     # 72.27 at 256 and 512 alike), 256 threads all but W3 (71.95 at 512 against 72.16).
     variants = [{"threads": t, "row_chunks": k} for t, k in pairs]
-    # Column slabs first: in h200-s23-spectral-slab-probe they led the row-slab cooperative kernel
+    # Column slabs first: on the H200 they led the row-slab cooperative kernel
     # on all six catalog prefill rows (16384 wide bf16 52.80 -> 48.34 µs, 8192 bf16 27.48 -> 25.57,
     # 4096 bf16 18.94 -> 17.51), 512 threads ahead of 256 on each.
     slabs = [{"threads": t, "column_slabs": True, "register_steps": k} for t, k in column_slab_choices(rows, cols, dtype)]
-    # The row-slab cooperative kernel next, at 512 threads (h200-s19a: 2048 x 4096 19.01 µs against
+    # The row-slab cooperative kernel next, at 512 threads (H200: 2048 x 4096 19.01 µs against
     # 19.17 at 256, 8192 wide 27.46 against 28.13), or 256 where 512 would not have whole vectors a thread.
     cooperative = [{"threads": t, "cooperative": True} for t in (ROW_THREADS, ROW_THREADS // 2) if cooperative_fits(rows, cols, t)]
     return slabs + cooperative + [{**config, "pdl": True} for config in (variants[1], variants[0])] + variants
@@ -537,11 +535,11 @@ def column_slabs_fit(rows: int, cols: int, itemsize: int, threads: int, sms: int
 
 # Steps held in registers, for each dtype and threads count, in the order tuning tries them. 512
 # threads with 4 first, the default, which spills on no shape tried: it led 0 on the three rows
-# where they differ in h200-s23-spectral-slab-probe (16384 wide bf16 48.34 against 48.78 µs). The
+# where they differ, on the H200 (16384 wide bf16 48.34 against 48.78 µs). The
 # most that no catalog shape spills (ptxas -v): bf16 6 at 512 threads and 24 at 256, f16 12 and
 # 32, whose conversion to f32 takes fewer registers than bf16's (the sources differ only in the
-# type). 8192 wide, 5 steps hold at 512 threads all that shared memory does not. In
-# h200-s24a-spectral-141937b's tunings 16384 wide f16 ran 45.47 µs with 8 against 47.90 with 4,
+# type). 8192 wide, 5 steps hold at 512 threads all that shared memory does not. In tunings on
+# the H200, 16384 wide f16 ran 45.47 µs with 8 against 47.90 with 4,
 # bf16 47.71 with 6 against 48.21, 8192 wide bf16 25.57 with 5 against 25.81. The wider options
 # spill on shapes of other lanes (3072 x 6144: bf16 at 512 threads from 6, f16 from 8): slower
 # there, never wrong, and tuning measures them.
