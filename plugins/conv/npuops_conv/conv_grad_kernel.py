@@ -1,4 +1,4 @@
-"""The TileLang kernels of the convolution gradients (issue 36): one spec module, a few named kernels.
+"""The TileLang kernels of the convolution gradients: one spec module, a few named kernels.
 
 Every kernel is described by the *forward* convolution it differentiates or transposes (a
 :class:`ConvGeometry`, in the kernels' terms a :class:`conv_kernel.Problem`), channels-last

@@ -1,4 +1,4 @@
-"""The TileLang forward-convolution kernels of this plugin (issue 34), chosen by :func:`conv_kernel`
+"""The TileLang forward-convolution kernels of this plugin, chosen by :func:`conv_kernel`
 (``kernel`` in a launch config): ``"gemm"``, an implicit GEMM on tensor cores; ``"split_k"``, the
 same GEMM with its K range split over several blocks and a deterministic second pass; and
 ``"direct"``, a CUDA-core direct convolution for depthwise and thin grouped convolutions.
