@@ -6,6 +6,7 @@ inputs, its output pre-filled with NaN so that unwritten elements fail."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -322,6 +323,38 @@ def test_split_k_is_deterministic():
     first = run_and_check(g, dtype, relu, {}, seed=2)
     second = run_and_check(g, dtype, relu, {}, seed=2)
     assert torch.equal(first, second)
+
+
+HELD_OUT = Path(__file__).parents[3] / "benchmarks" / "held-out-conv.toml"
+
+
+def held_out():
+    """The held-out forward convolutions (odd channels and sizes, batch 1, f32) as the registry
+    resolves a user's ``--workloads`` file: (op, workload) pairs."""
+    from npuops import load_registry, load_workload_file
+
+    registry = load_registry()
+    registry.add_workloads(load_workload_file(HELD_OUT))
+    return [(op, w) for op in registry.ops.values() if op.family == "conv" for w in op.workloads if w.id.startswith("H")]
+
+
+def test_held_out_workloads_take_our_kernel_or_say_why():
+    pairs = held_out()
+    assert len(pairs) == 12
+    for op, w in pairs:
+        reason = op.kernel_unsupported(w)
+        if reason is not None:
+            assert isinstance(reason, str) and reason, (op.name, w.id)
+            continue
+        spec = conv_kernel(op.geometry(w), w.dtype_of("input"), op.name == "Conv2dBiasRelu")
+        assert spec.prim_func is not None and spec.config["kernel"] in ("gemm", "split_k", "direct"), (op.name, w.id)
+
+
+@pytest.mark.gpu
+def test_held_out_workloads_match_torch():
+    for op, w in held_out():
+        if op.kernel_unsupported(w) is None:
+            run_and_check(op.geometry(w), w.dtype_of("input"), op.name == "Conv2dBiasRelu", {})
 
 
 @pytest.mark.gpu
