@@ -99,9 +99,8 @@ def interleaved_vectors(rows: int, length: int, lanes: int, vector: int) -> Any:
 # The kernel prelude (``T.Kernel(prelude=...)``) :func:`load_vectors_evict_last` needs: a 16-byte
 # global load whose L2 lines are evicted after all others (PTX ``evict_last``, as Triton lowers
 # ``eviction_policy="evict_last"``). Rows read once and streamed so ran 3-4% faster on the H200
-# (FusedAddRMSNorm 2048 x 16384: Triton in benchmarks/h200-s21-triton-far-probe, ours in
-# h200-s21-evict-probe), presumably because the dirty output lines then leave the L2 first (not
-# probed). The lines keep that priority after the kernel, until evicted: the timing protocol resets
+# (FusedAddRMSNorm 2048 x 16384, Triton's kernel and ours alike), presumably because the dirty
+# output lines then leave the L2 first (not measured). The lines keep that priority after the kernel, until evicted: the timing protocol resets
 # it before each iteration (docs/timing.md); in a model the next kernels find them there.
 EVICT_LAST_LOAD = r"""
 static __device__ __forceinline__ void npuops_load_evict_last(void* dst, const void* src) {
@@ -356,7 +355,7 @@ def launcher(kernel: Any, device: torch.device, shapes: Sequence[Sequence[int | 
     """How to launch ``kernel`` (see :class:`Launcher`). A kernel built
     by TileLang's cython backend is launched through its host library's C entry point (the
     tensors' addresses, the sizes, the stream): on the H200's host 20 us a call against 40 for
-    TileLang's tvm-ffi wrapper (h200 probe, session 27). Others (the CPU target's) are called as
+    TileLang's tvm-ffi wrapper. Others (the CPU target's) are called as
     TileLang calls them, each tensor viewed to the kernel's shape (``shapes``, sizes resolved)."""
     names = [str(var) for var in getattr(getattr(kernel, "adapter", None), "dynamic_symbolic_map", None) or ()]
     lib = getattr(getattr(kernel, "adapter", None), "lib", None)
