@@ -220,7 +220,9 @@ def measure_logits(modes: Modes, args, device) -> dict:
 
 
 def bar(results: dict) -> dict:
-    """Issue 42's bar, read strictly off the medians (the p25/p75 beside them say how noisy)."""
+    """Whether patching pays, read strictly off the medians (the p25/p75 beside them say how noisy):
+    eager no slower at every token count, a first forward of an unseen token count within 10%, the
+    graph faster, the logits as close to fp32 as stock's."""
     graph, logits = results["graph"], results["logits"]
     return {
         **{f"eager {n} tok no slower": r["patched/stock"] <= 1.0 for n, r in results["eager"].items()},

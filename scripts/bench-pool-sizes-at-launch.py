@@ -1,12 +1,12 @@
 """The pool kernel that takes its sizes at launch against the kernels built per shape, by kernel
 time on the GPU: whether the one-build-per-key default (``sizes_at_launch``) may stay the default.
 
-For every sliding-window catalog workload of the pool ops, the 20-size ``max_pool2d`` sweep of
-issue 42 (3x3, stride 2, padding 1, bf16, H = W from 7 to 300, batches and channels varying) and a
-few off-catalog shapes: both kernels pass the correctness gate, then each is timed
+For every sliding-window catalog workload of the pool ops, a 20-size ``max_pool2d`` sweep (3x3,
+stride 2, padding 1, bf16, H = W from 7 to 300, batches and channels varying) and a few
+off-catalog shapes: both kernels pass the correctness gate, then each is timed
 (``npuops.timing.kernel_time``: CUPTI spans, L2 flushed and the GPU held before each call, eager
-regime). ``shape`` is the per-shape kernels' default launch (what the default was before),
-``sized`` the sizes-at-launch kernel's default launch; ``ratio`` = shape / sized (above 1: the new
+regime). ``shape`` is the per-shape kernels' default launch (the first of ``shape_variants``),
+``sized`` the sizes-at-launch kernel's default launch; ``ratio`` = shape / sized (above 1: the sizes-at-launch
 kernel is faster). Also counts the sized builds (distinct kernel keys) the sweep took.
 
     python scripts/bench-pool-sizes-at-launch.py --out pool-sizes-at-launch.json   # on a CUDA machine

@@ -121,7 +121,7 @@ def test_flush_leaves_no_write_back_debt(registry, monkeypatch):
     """The flush overwrites twice the L2, leaving it full of dirty lines; unless it also reads as
     much back, their write-back lands in the timed call. One more clean read of twice the L2 must
     then change nothing (an overwrite-only flush left 3.7 µs of write-back in our 64 MiB RMSNorm
-    W5 kernel on the H200: benchmarks/h200-s10-hint-probe.jsonl.gz)."""
+    W5 kernel on the H200)."""
     device = registry.device("cuda")
     src = torch.randn(8 << 20, device="cuda")  # 32 MiB read, 32 MiB written
     dst = torch.empty_like(src)
