@@ -275,8 +275,9 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
         # The plain register launches, pipelined, where the two rows a thread holds leave it
         # PIPELINE_SPARE_REGISTERS of its share. They won 14 of 109 tunings on the H200: 13 of
         # 2048 x 4096 (LayerNorm 12.03 -> 11.36 µs) and RMSNormQuant 2048 x 16384 f16 (27.87 ->
-        # 27.30); on wider rows they lost by up to 6.5% at two blocks an SM (LayerNormQuant 2048 x 8192 17.12 against 18.21), the barrier after each row, and where the
-        # rows took more registers they spilled (RMSNorm 2048 x 16384 f16 at 256 threads x 4:
+        # 27.30); on wider rows they lost by up to 6.5% at two blocks an SM (LayerNormQuant
+        # 2048 x 8192 17.12 against 18.21), the barrier after each row, and where the rows took
+        # more registers they spilled (RMSNorm 2048 x 16384 f16 at 256 threads x 4:
         # 152.67 µs). Rows held in f32 at 128 registers a thread (LayerNorm(Quant) 8192 wide at
         # 128 threads x 4, 16384 wide at 256 x 2) hold both rows without spilling (ptxas -v); at 32
         # or 64 registers the rest of the kernel's state spilled (1024 threads, 16384 wide: 34.0 to
