@@ -52,7 +52,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops import H200_SMS, KernelKey, KernelSpec, tilelang_dtype
+from npuops import H200_SMS, VECTOR_BYTES, KernelKey, KernelSpec, tilelang_dtype
 
 from .ops._geometry import ConvGeometry
 
@@ -282,6 +282,12 @@ def launch_variants(p: Problem) -> list[dict]:
             variants.append(ConvLaunch("gemm", 64, 128, 32, max(1, min(4, -(-p.k // 32))), 256, 1))
         if p.k <= block_K and not p.fp8:  # one K tile (a stem's 3 channels x 9 taps): CUDA cores may do
             variants.append(direct_launch(p))
+        row = 128 // p.dtype.itemsize
+        if block_K < row and p.cg % (VECTOR_BYTES // p.dtype.itemsize) == 0 and p.k > row:
+            # A full-row K tile over several taps (the element-wise form, still whole 16-byte
+            # vectors a tap): half the pipeline steps of 32-channel groups' one-tap tiles.
+            variants.append(ConvLaunch("gemm", first.block_M, first.block_N, row,
+                                       max(1, min(3, -(-p.k // row))), first.threads, 1))
     unique = list(dict.fromkeys(variants))
     return [v.as_dict() for v in unique]
 
