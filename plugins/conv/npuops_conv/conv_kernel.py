@@ -492,6 +492,12 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     if split and groups != 1:
         raise ValueError("split-K takes ungrouped convolutions")
     reduce = ordered_sum(splits, M, C_out, lambda total, c, Bias, XS, WS: T.Cast(ot, _epilogue(p, total, c, Bias, XS, WS)))
+    # A pointwise, stride-1, unpadded, ungrouped convolution's A is the input itself ([rows, C_in]):
+    # tiles copied whole (the bulk copy engine, whose rows must be whole 16-byte units; rows and
+    # channels past the input's edge read as zeros) instead of gathered element by element. The 1x1
+    # rows ran 0.73-0.86x of cuDNN on the H100 with the gather.
+    rows_are_a = (p.taps == 1 and groups == 1 and set(p.stride3) == {1} and set(p.pad3) == {0}
+                  and p.out3 == p.in3 and g.in_channels * p.dtype.itemsize % VECTOR_BYTES == 0)
 
     def _k_tile(bz, ko):
         """The K tile of pipeline step ``ko`` of the block in grid row ``bz``."""
@@ -519,10 +525,13 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
             C_s = tile((bM, bN), F32 if split else ot)
             zero(acc)
             for ko in T.Pipelined(per_split, num_stages=stages):
-                # Expressions built whole by the helpers (no let-bound names): TileLang turns a
-                # zero-fill if_then_else load into a predicated cp.async only in that form.
-                for i, kk in T.Parallel(bM, bK):
-                    A_s[i, kk] = _a_element(p, X, by * bM + i, M, _k_tile(bz, ko), kk, bz, bK, tail)
+                if rows_are_a:
+                    T.copy(X[by * bM, _k_tile(bz, ko) * bK], A_s)
+                else:
+                    # Expressions built whole by the helpers (no let-bound names): TileLang turns a
+                    # zero-fill if_then_else load into a predicated cp.async only in that form.
+                    for i, kk in T.Parallel(bM, bK):
+                        A_s[i, kk] = _a_element(p, X, by * bM + i, M, _k_tile(bz, ko), kk, bz, bK, tail)
                 # T.copy, not a gather: with two gathers in a stage TileLang makes only one of
                 # them cp.async. Its bounds checks zero-fill rows past C_out and columns past K;
                 # rows past the group's channels (the next group's weights) only reach output

@@ -216,6 +216,9 @@ GEMM_CPU_CASES = [
      dict(kernel="gemm", block_M=8, block_N=8, block_K=8, num_stages=1, threads=128)),
     ("3d-strided", geo(1, 8, 8, (4, 5, 6), 3, stride=2, pad=1),
      dict(kernel="gemm", block_M=16, block_N=8, block_K=8, num_stages=1, threads=128)),
+    # A copied whole, rows and channels past the input's edge (12 channels, 8-wide K tiles; 35 rows)
+    ("pointwise-copied-a-bias", geo(1, 12, 8, (5, 7), 1, bias=True),
+     dict(kernel="gemm", block_M=16, block_N=8, block_K=8, num_stages=2, threads=128)),
 ]
 
 
