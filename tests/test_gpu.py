@@ -92,6 +92,48 @@ def test_runner_on_cuda_both_regimes(toy, tmp_path):
         assert rows[key]["timing"]["clock_mhz"]
 
 
+WHERE = '''
+import torch
+from npuops import Implementation, hookimpl
+
+
+def _where(op, w, device):
+    alpha = op.config(w)["alpha"]
+    seen = {}
+
+    def scale(x):
+        seen.setdefault("tensor", x.device.index)
+        return x * alpha
+
+    scale.config = {"current": torch.cuda.current_device(), "built_for": device.index, "inputs_on": seen}
+    return scale
+
+
+@hookimpl
+def npuops_implementations(ops):
+    return [Implementation("ToyScaleFwd", "where", "vendor", _where)]
+'''
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_several_gpus_each_row_runs_wholly_on_its_device(toy, tmp_path):
+    """--devices cuda:0,cuda:1: each worker selected its GPU before building, its inputs were made
+    there, and its rows say so; both GPUs measured."""
+    toy.install("npuops-where", "npuops_where", WHERE, entry_name="where")
+    registry = load_registry()
+    options = RunOptions(device="cuda", jobs=2, timing=TimingOptions(budget_s=0.1), devices=(0, 1))
+    Runner(registry, options, tmp_path / "r.jsonl").run(registry.workloads("ToyScaleFwd"), ["where", "toy_ours"])
+    from npuops.results import read_results
+
+    rows = [r for r in read_results(tmp_path / "r.jsonl").rows if r["status"] != "skipped"]
+    assert all(r["status"] == "ok" for r in rows), rows
+    assert {r["device_index"] for r in rows} == {0, 1}
+    for r in rows:
+        if r["impl"] == "where":
+            assert r["config"] == {"current": r["device_index"], "built_for": r["device_index"],
+                                   "inputs_on": {"tensor": r["device_index"]}}, r
+
+
 def test_flush_evicts_lines_kept_with_evict_last(registry):
     """torch.compile's Triton kernels load windows and weights with an L2 evict_last hint; after the
     flush, a buffer read that way must time as cold as a copy never read before."""

@@ -64,9 +64,19 @@ def shard(text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def devices(text: str):
+    from .runner import parse_devices
+
+    try:
+        return parse_devices(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 positive_int.__name__ = "positive integer"  # argparse names the type in its errors
 positive_seconds.__name__ = "positive number of seconds"
 shard.__name__ = "shard I/N"
+devices.__name__ = "device list"
 
 def _output_path(flag: str, value: str, create_parents: bool, example: str = DEFAULT_RESULTS) -> Path:
     """``value`` as a file we may write, or an NpuopsError saying why not (one line)."""
@@ -210,7 +220,7 @@ def _quick(registry: Registry, workloads):
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from .runner import Runner, RunOptions
+    from .runner import Runner, RunOptions, check_same_model, resolve_devices
     from .timing import TimingOptions
     from .workload import load_workload_file
 
@@ -220,7 +230,17 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     user = []
     if args.workloads:
         user = registry.add_workloads(load_workload_file(args.workloads))
-    device = registry.device(args.device)
+    indices = None
+    if args.devices is not None:
+        named, indices = args.devices
+        if named is not None and args.device is not None and named != args.device:
+            raise NpuopsError(f"--devices names {named} devices but --device is {args.device}; drop --device, "
+                              f"or name {args.device} devices (e.g. --devices {args.device}:0,{args.device}:1)")
+        device = registry.device(args.device or named)
+        indices = resolve_devices(device, indices)
+        check_same_model(device, indices)
+    else:
+        device = registry.device(args.device)
     workloads = _selection(registry, args)
     if args.workloads and not (args.family or args.op or args.workload):
         workloads = user  # a workload file alone means: run those
@@ -242,12 +262,15 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             raise unknown("regime", regime, REGIMES)
     options = RunOptions(device=device.name, regimes=regimes, jobs=args.jobs, seed=args.seed,
                          timing=TimingOptions(budget_s=args.budget), task_timeout_s=args.timeout, rerun=args.rerun,
-                         tune=args.tune, kernel_time=args.kernel_time, shard=args.shard)
+                         tune=args.tune, kernel_time=args.kernel_time, shard=args.shard, devices=indices)
     if args.kernel_time and device.profiler_activity() is None:
         console.print(f"[yellow]--kernel-time: torch.profiler records no kernels of {device.name}; "
                       "the rows will have none[/yellow]")
-    console.print(f"npuops run: {len(workloads)} workloads on {device.name} "
-                  f"({device.describe().get('model')}), regimes {', '.join(regimes)}, {args.jobs} job(s)"
+    on = device.name if indices is None else ",".join(device.at(i).label for i in indices)
+    described = device if indices is None else device.at(indices[0])
+    jobs = args.jobs if indices is None else max(args.jobs, len(indices))
+    console.print(f"npuops run: {len(workloads)} workloads on {on} "
+                  f"({described.describe().get('model')}), regimes {', '.join(regimes)}, {jobs} job(s)"
                   f"{', tuning launch variants' if args.tune else ''}{', kernel times' if args.kernel_time else ''}"
                   f"{f', shard {args.shard} of the planned rows' if args.shard else ''} → {args.out}")
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -445,7 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", action="append", help="implementation name(s), e.g. torch_eager")
     p.add_argument("--device", help="cuda, cpu or npu (default: the best available)")
     p.add_argument("--regime", action="append", help=f"timing regime(s): {', '.join(REGIMES)} (default: both)")
-    p.add_argument("--jobs", type=positive_int, default=1, help="worker processes compiling in parallel (timing stays one at a time)")
+    p.add_argument("--jobs", type=positive_int, default=1,
+                   help="worker processes compiling in parallel (timing stays one at a time per device; with "
+                        "--devices, the total of workers, at least one per device)")
     p.add_argument("--out", default=DEFAULT_RESULTS, help=f"results file, appended and resumed (default {DEFAULT_RESULTS})")
     p.add_argument("--workloads", metavar="FILE", help="run workloads from a TOML or JSON file")
     p.add_argument("--quick", action="store_true", help="one workload per op (the smallest)")
@@ -463,6 +488,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run only slice I of N of the planned rows (an implementation-workload pair with all its "
                         "regimes goes to one slice, pairs dealt round-robin in a stable hashed order): N machines "
                         "each run one slice, `npuops merge` joins their files")
+    p.add_argument("--devices", type=devices, metavar="LIST",
+                   help="time on several devices of one kind and model at once, e.g. cuda:0,cuda:1, or all: a timing "
+                        "worker and a device lock per device, tasks to whichever device is free, one results file; "
+                        "each row records its device_index (combines with --shard: one slice per machine)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
 

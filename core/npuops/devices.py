@@ -9,6 +9,7 @@ needed. This module is itself the built-in plugin that registers the three.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import functools
 import importlib
@@ -46,7 +47,11 @@ class Device:
     - ``host_timed``: :meth:`event` reads the host's clock (the default :class:`_HostEvent`), so
       nothing may run beside a measurement (the runner times such devices alone);
     - :meth:`profiler_activity`: the ``torch.profiler`` activity that records this device's
-      kernels, for kernel time (None: kernel time is not measured here).
+      kernels, for kernel time (None: kernel time is not measured here);
+    - :meth:`device_count`: how many devices of this kind the machine has, addressed as
+      ``name:0`` ... (``npuops run --devices``: one timing worker each); None where the kind is
+      not indexed (the CPU). :meth:`at` gives one of them (``index``), and a worker timing on it
+      calls :meth:`select` first, so that everything it runs lands on that device.
 
     The defaults describe a synchronous, host-timed device without graphs on which
     ``torch.compile`` is not known to work; a device states what it supports.
@@ -58,15 +63,40 @@ class Device:
     compiles: bool = False
     compile_graphs: bool = False
     host_timed: bool = True
+    index: int | None = None  # which device of this kind (None: the process's current one)
 
     def is_available(self) -> bool:
         return True
+
+    @property
+    def label(self) -> str:
+        """``name:index``, or the name where no index is chosen."""
+        return self.name if self.index is None else f"{self.name}:{self.index}"
+
+    def device_count(self) -> int | None:
+        """Devices of this kind here, ``at(0)`` to ``at(n - 1)``; None: not indexed (one device)."""
+        return None
+
+    def at(self, index: int) -> Device:
+        """Device ``index`` of this kind: a copy with ``index`` set (nothing is selected yet)."""
+        if self.device_count() is None:
+            raise ValueError(f"the {self.name} device has no device indices")
+        chosen = copy.copy(self)
+        chosen.index = index
+        return chosen
+
+    def select(self) -> None:
+        """Make this device (``index``) the process's current one, before any work on it."""
+
+    def model(self) -> str:
+        """The device's model name (devices of one run must share it)."""
+        return str(self.describe().get("model"))
 
     def unavailable_reason(self) -> str:
         return ""
 
     def torch_device(self) -> torch.device:
-        return torch.device(self.name)
+        return torch.device(self.name) if self.index is None else torch.device(self.name, self.index)
 
     def synchronize(self) -> None:
         pass
@@ -211,6 +241,17 @@ class AcceleratorDevice(Device):
     def unavailable_reason(self) -> str:
         return self._why_unavailable or "not available"
 
+    def device_count(self) -> int | None:
+        return int(self.api.device_count())
+
+    def select(self) -> None:
+        if self.index is not None:
+            self.api.set_device(self.index)
+
+    def _current(self) -> int:
+        """The index this device stands for: its own, else the process's current device."""
+        return self.api.current_device() if self.index is None else self.index
+
     def synchronize(self) -> None:
         self.api.synchronize()
 
@@ -226,7 +267,7 @@ class AcceleratorDevice(Device):
         return True
 
     def _flush_bytes(self) -> int:
-        props = self.api.get_device_properties(self.api.current_device())
+        props = self.api.get_device_properties(self._current())
         l2 = getattr(props, "L2_cache_size", 0) or (64 << 20)
         return max(2 * l2, 64 << 20)
 
@@ -234,12 +275,12 @@ class AcceleratorDevice(Device):
         return torch.empty(self._flush_bytes(), dtype=torch.uint8, device=self.torch_device()).zero_
 
     def total_memory(self) -> int:
-        return self.api.mem_get_info()[1]
+        return self.api.mem_get_info(self._current())[1]
 
     def free_memory(self) -> int:
-        free, _ = self.api.mem_get_info()
+        free, _ = self.api.mem_get_info(self._current())
         # Memory cached by torch's allocator is free for our purposes.
-        return free + self.api.memory_reserved() - self.api.memory_allocated()
+        return free + self.api.memory_reserved(self._current()) - self.api.memory_allocated(self._current())
 
     def clock_mhz(self) -> float | None:
         try:
@@ -248,7 +289,7 @@ class AcceleratorDevice(Device):
             return None
 
     def describe(self) -> dict[str, Any]:
-        props = self.api.get_device_properties(self.api.current_device())
+        props = self.api.get_device_properties(self._current())
         return {
             "device": self.name,
             "model": props.name,
@@ -281,7 +322,7 @@ class AcceleratorDevice(Device):
         self.api.empty_cache()
 
     def datasheet(self) -> Limits | None:
-        model = self.api.get_device_properties(self.api.current_device()).name
+        model = self.api.get_device_properties(self._current()).name
         for key, limits in _GPU_DATASHEETS.items():
             if key in model:
                 return limits
@@ -323,7 +364,7 @@ class CUDADevice(AcceleratorDevice):
         return flush
 
     def describe(self) -> dict[str, Any]:
-        props = self.api.get_device_properties(self.api.current_device())
+        props = self.api.get_device_properties(self._current())
         return {
             **super().describe(),
             "capability": f"sm_{props.major}{props.minor}",

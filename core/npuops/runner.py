@@ -2,9 +2,11 @@
 
 Work happens in worker processes, so a CUDA fault (which poisons a process's context) or a hard
 crash fails one row and a fresh worker carries on. With ``jobs > 1`` several workers build
-(compile) at once, while checking and timing take a device lock: one measurement at a time. The
-parent writes each row to the results file as it arrives, skips rows the file already holds, and
-shows progress.
+(compile) at once, while checking and timing take a device lock: one measurement at a time. With
+several devices (``RunOptions.devices``, ``npuops run --devices``) each worker is bound to one of
+them and each device has its own lock: one measurement at a time per device. Tasks go to whichever
+worker is free next. The parent writes each row to the results file as it arrives, skips rows the
+file already holds, and shows progress.
 """
 
 from __future__ import annotations
@@ -100,6 +102,68 @@ class Shard:
         return f"{self.index}/{self.count}"
 
 
+def parse_devices(text: str) -> tuple[str | None, tuple[int, ...] | None]:
+    """``--devices``: ``all`` -> (None, None); ``cuda:0,cuda:1`` -> ("cuda", (0, 1)). A ValueError
+    saying what is wrong and what would be right; whether the devices exist is
+    :func:`resolve_devices`' question."""
+    example = "e.g. cuda:0,cuda:1 (a device name and an index each, comma-separated), or all"
+    if text.strip() == "all":
+        return None, None
+    names, indices = [], []
+    for part in text.split(","):
+        name, colon, index = part.strip().partition(":")
+        if not (name and colon and index.strip().isdecimal()):
+            raise ValueError(f"expected a list of devices, {example}; got {text!r} "
+                             f"({part.strip()!r} is not NAME:INDEX)" if part.strip() else
+                             f"expected a list of devices, {example}; got {text!r} (an empty entry)")
+        names.append(name.strip())
+        indices.append(int(index))
+    if len(set(names)) > 1:
+        raise ValueError(f"the devices of one run are of one kind; got {', '.join(dict.fromkeys(names))} "
+                         f"in {text!r}, {example}")
+    repeated = sorted({i for i in indices if indices.count(i) > 1})
+    if repeated:
+        raise ValueError(f"{', '.join(f'{names[0]}:{i}' for i in repeated)} named twice in {text!r}; "
+                         "name each device once")
+    return names[0], tuple(indices)
+
+
+def resolve_devices(device: Device, indices: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The indices of ``device`` a ``--devices`` run times on (None: all of them); an NpuopsError,
+    one line, where the kind has no indices or an index is not on this machine."""
+    from .errors import NpuopsError
+
+    count = device.device_count()
+    if count is None:
+        raise NpuopsError(f"--devices: the {device.name} device has no device indices (one timing worker at a "
+                          f"time on it); drop --devices, or name devices of a kind with several, e.g. "
+                          f"--devices cuda:0,cuda:1")
+    if count < 1:
+        raise NpuopsError(f"--devices: this machine has no {device.name} devices")
+    have = f"{device.name}:0" if count == 1 else f"{device.name}:0 to {device.name}:{count - 1}"
+    if indices is None:
+        return tuple(range(count))
+    if not indices:
+        raise NpuopsError(f"--devices names no device; name some, e.g. {device.name}:0,{device.name}:1, or all")
+    missing = [i for i in indices if i >= count]
+    if missing:
+        raise NpuopsError(f"--devices: no {', '.join(f'{device.name}:{i}' for i in missing)} here; this machine has "
+                          f"{count} {device.name} device{'s' if count != 1 else ''}, {have} (or --devices all)")
+    return indices
+
+
+def check_same_model(device: Device, indices: Sequence[int]) -> None:
+    """Refuse (NpuopsError, one line) devices of different models: rows of one run must be
+    comparable, and the env record describes one model."""
+    from .errors import NpuopsError
+
+    models = {i: device.at(i).model() for i in indices}
+    if len(set(models.values())) > 1:
+        named = ", ".join(f"{device.name}:{i} {model}" for i, model in models.items())
+        raise NpuopsError(f"--devices: the devices differ in model ({named}); rows of one run must be "
+                          "comparable: name devices of one model, and run the others separately (another --out)")
+
+
 def _unit_key(op: str, workload: str, fingerprint: str, impl: str) -> str:
     return f"{op}\x1f{workload}\x1f{fingerprint}\x1f{impl}"
 
@@ -137,6 +201,9 @@ class RunOptions:
     # Also read each measured call's device activity from the device's profiler (timing.kernel_time).
     kernel_time: bool = False
     shard: Shard | None = None  # run only this slice of the plan (Shard says which rows)
+    # Indices of the device to time on, one timing worker (at least) and one device lock each; jobs
+    # is then the total of workers, dealt round-robin over them. None: the device as it comes.
+    devices: tuple[int, ...] | None = None
 
 
 def base_row(op: Op, w: Workload, impl: Implementation, regime: str, device: str) -> dict[str, Any]:
@@ -221,7 +288,8 @@ def environment(registry: Registry, device: Device, run_id: str, argv: Sequence[
 # -- worker side -----------------------------------------------------------------------------------
 
 class DeviceLock:
-    """One measurement at a time across worker processes. An flock, not a multiprocessing.Lock:
+    """One measurement at a time on a device across worker processes (one lock per device). An
+    flock, not a multiprocessing.Lock:
     the kernel releases it when its holder dies, so a crashing kernel cannot deadlock the run."""
 
     def __init__(self, path: Path):
@@ -286,15 +354,18 @@ def _describe_error(exc: BaseException) -> str:
 
 
 def execute(task: Task, registry: Registry, device: Device, options: RunOptions, lock: DeviceLock,
-            emit: Callable[[dict[str, Any]], None], enter: Callable[[str], None] = lambda stage: None) -> None:
+            emit: Callable[[dict[str, Any]], None], enter: Callable[[str], None] = lambda stage: None,
+            sharing: int | None = None) -> None:
     """Build, check and time one task, emitting a row per regime and calling ``enter`` with each
     stage it starts (so that a task killed for hanging can say where, and a wait for the device
-    lock does not count as the task's time). Raises _DeviceLost when the device broke underneath
-    (after emitting the rows)."""
+    lock does not count as the task's time). ``sharing``: how many workers share the device
+    (default ``options.jobs``). Rows of a device with an index record it (``device_index``).
+    Raises _DeviceLost when the device broke underneath (after emitting the rows)."""
     op = registry.op(task.op)
     impl = registry.implementation(task.op, task.impl)
     w = task.workload
-    rows = {r: base_row(op, w, impl, r, device.name) for r in task.regimes}
+    where = {} if device.index is None else {"device_index": device.index}
+    rows = {r: {**base_row(op, w, impl, r, device.name), **where} for r in task.regimes}
 
     def finish(status: str, **fields: Any) -> None:
         for regime in list(rows):
@@ -305,7 +376,7 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
         return finish("failed", reason=f"needs {need / _GIB:.1f} GiB of {device.name} memory; the device has {device.total_memory() / _GIB:.1f} GiB")
     # Host-timed devices share their clock with compilation: nothing may overlap their timing.
     # A task using much of the memory runs alone so it does not starve its neighbours.
-    exclusive = device.host_timed or need > device.total_memory() / (2 * options.jobs)
+    exclusive = device.host_timed or need > device.total_memory() / (2 * (sharing or options.jobs))
     stage = ""
 
     def begin(name: str) -> None:
@@ -414,7 +485,7 @@ def _config_field(fn: Callable[..., Any]) -> dict[str, Any]:
 
 
 def _worker_main(conn: Connection, device_name: str, options: RunOptions, user_workloads: list[tuple[dict, str]],
-                 lock: DeviceLock, log_path: str) -> None:
+                 lock: DeviceLock, log_path: str, device_index: int | None = None, sharing: int = 1) -> None:
     # Compiler chatter goes to the worker's log, not over the parent's progress display.
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
@@ -422,13 +493,16 @@ def _worker_main(conn: Connection, device_name: str, options: RunOptions, user_w
     registry = load_registry()
     registry.add_workloads(Workload.from_dict(record, source=source) for record, source in user_workloads)
     device = registry.device(device_name)
+    if device_index is not None:
+        device = device.at(device_index)
+        device.select()  # before anything touches the device: this worker's work all lands on it
     while True:
         message = conn.recv()
         if message is None:
             return
         try:
             execute(message, registry, device, options, lock, lambda row: conn.send(("row", row)),
-                    lambda stage: conn.send(("stage", stage)))
+                    lambda stage: conn.send(("stage", stage)), sharing=sharing)
         except _DeviceLost as exc:
             conn.send(("lost", str(exc)))
             os._exit(3)
@@ -443,6 +517,7 @@ class _Worker:
     process: Any
     conn: Connection
     log_path: Path
+    device_index: int | None = None  # the device it times on, where the run names several
     task: Task | None = None
     started: float = 0.0  # when the task's own time began, moved on by each wait for the device lock
     stage: str = ""  # of the task, as the worker last reported it
@@ -494,6 +569,9 @@ class Runner:
 
     def run(self, workloads: Sequence[Workload], impl_names: Sequence[str] | None = None, argv: Sequence[str] = ()) -> dict[str, int]:
         device = self.registry.device(self.options.device)
+        if self.options.devices is not None:
+            indices = resolve_devices(device, self.options.devices)
+            check_same_model(device, indices)
         tasks, skipped = shard_plan(*plan(self.registry, workloads, impl_names, device, self.options.regimes),
                                     self.options.shard)
         self.planned = sum(len(t.regimes) for t in tasks) + len(skipped)
@@ -513,9 +591,12 @@ class Runner:
             if not todo and not skipped_new:
                 return self.counts
             run_id = uuid.uuid4().hex[:12]
-            env = environment(self.registry, device, run_id, argv)
+            described = device if self.options.devices is None else device.at(self.options.devices[0])
+            env = environment(self.registry, described, run_id, argv)
             if self.options.shard is not None:
                 env["shard"] = str(self.options.shard)
+            if self.options.devices is not None:
+                env["devices"] = [device.at(i).label for i in self.options.devices]
             writer.append(env)
 
             def record(row: dict[str, Any]) -> None:
@@ -532,45 +613,74 @@ class Runner:
                 self._run_tasks(todo, device, record)
         return self.counts
 
-    def _start_worker(self, ctx: Any, index: int, lock: DeviceLock) -> _Worker:
+    def _start_worker(self, ctx: Any, index: int, lock: DeviceLock, device_index: int | None = None,
+                      sharing: int = 1) -> _Worker:
         parent, child = ctx.Pipe()
         log_path = self.log_dir / f"worker-{index}.log"
         process = ctx.Process(
             target=_worker_main,
-            args=(child, self.options.device, self.options, self.user_workloads, lock, str(log_path)),
+            args=(child, self.options.device, self.options, self.user_workloads, lock, str(log_path),
+                  device_index, sharing),
             daemon=True,
         )
         process.start()
         child.close()
-        return _Worker(index, process, parent, log_path)
+        return _Worker(index, process, parent, log_path, device_index)
 
     def _run_tasks(self, tasks: list[Task], device: Device, record: Callable[[dict[str, Any]], None]) -> None:
         ctx = mp.get_context("spawn")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        lock = DeviceLock(self.log_dir / "device.lock")
-        if self.options.jobs > 1:
+        indices: tuple[int | None, ...] = self.options.devices or (None,)
+        # One device lock per device; a worker is bound to one device and takes its lock.
+        locks = {i: DeviceLock(self.log_dir / ("device.lock" if i is None else f"device-{i}.lock")) for i in indices}
+        count = max(1, min(max(self.options.jobs, len(indices)), len(tasks)))
+        bound = [indices[i % len(indices)] for i in range(count)]  # worker -> its device, round-robin
+        sharing = {i: max(1, bound.count(i)) for i in indices}
+        if count > 1:
             # The workers are the parallelism: inductor's own pool of compile processes per worker
             # would oversubscribe the host jobs-fold.
             os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         queue = list(reversed(tasks))
-        jobs = max(1, min(self.options.jobs, len(tasks)))
-        workers = [self._start_worker(ctx, i, lock) for i in range(jobs)]
+
+        def start(i: int) -> _Worker:
+            return self._start_worker(ctx, i, locks[bound[i]], bound[i], sharing[bound[i]])
+
+        workers = [start(i) for i in range(count)]
         progress_task = self.progress.add_task("running", total=len(tasks)) if self.progress else None
 
-        def advance(w: _Worker) -> None:
+        def activity(last: Task | None) -> str:
+            """What the progress line shows: the task just finished, or with several devices what
+            each device's workers hold."""
+            if self.options.devices is None:
+                return last.title if last else ""
+            held: dict[int | None, list[str]] = {}
+            for w in workers:
+                if w.task is not None:
+                    held.setdefault(w.device_index, []).append(w.task.title)
+            return " · ".join(f"{device.name}:{i} {', '.join(held[i]) if i in held else 'idle'}" for i in indices)
+
+        def show(w: _Worker | None = None, advance: int = 0) -> None:
             if self.progress:
-                self.progress.update(progress_task, advance=1, description=f"{self._status_line()} {w.task.title}")
+                self.progress.update(progress_task, advance=advance,
+                                     description=f"{self._status_line()} {activity(w.task if w else None)}")
+
+        def advance(w: _Worker) -> None:
+            show(w, advance=1)
 
         def fail_pending(w: _Worker, reason: str) -> None:
             op = self.registry.op(w.task.op)
             impl = self.registry.implementation(w.task.op, w.task.impl)
+            where = {} if w.device_index is None else {"device_index": w.device_index}
             for regime in sorted(w.pending):
-                record({**base_row(op, w.task.workload, impl, regime, device.name), "status": "failed", "reason": reason})
+                record({**base_row(op, w.task.workload, impl, regime, device.name), **where,
+                        "status": "failed", "reason": reason})
             w.pending.clear()
 
         def assign(w: _Worker) -> None:
             w.take(queue.pop() if queue else None)
             w.conn.send(w.task)
+            if self.options.devices is not None:
+                show()
 
         def replace_worker(w: _Worker, reason: str) -> _Worker:
             if w.task is not None:
@@ -579,7 +689,7 @@ class Runner:
             if w.process.is_alive():
                 w.process.kill()
             w.process.join()
-            fresh = self._start_worker(ctx, w.index, lock)
+            fresh = start(w.index)
             workers[workers.index(w)] = fresh
             assign(fresh)
             return fresh
