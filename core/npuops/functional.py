@@ -41,7 +41,7 @@ import time
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -49,7 +49,7 @@ import torch
 from .data import InputRNG
 from .errors import WorkloadError
 from .impl import KernelKey
-from .kernels import VECTOR_BYTES, layout_problem
+from .kernels import VECTOR_BYTES
 from .workload import Workload, dtype_name
 
 
@@ -272,6 +272,13 @@ class _Plan:
     launches: int = 0  # calls that ran it since reset_coverage(), counted here: one attribute on the hot path
     pending: tuple | None = None  # the build key whose kernel will replace a stand-in (see _kernel)
     outside: bool = False  # the formulation is the function's fallback: the op cannot express these calls
+    # Whether the kernel takes a tensor as it is laid out: the kernel's ``accepts`` (a kernel that
+    # reads another layout, or converts, says which it takes), else contiguous. Derived from the
+    # kernel, so a plan made with another one (dataclasses.replace) checks that one's.
+    accepts: Callable[[torch.Tensor], bool] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.accepts = getattr(self.kernel, "accepts", torch.Tensor.is_contiguous)
 
 
 def _workload(fn: OpFunction, op, tensors: tuple, params: tuple) -> Workload:
@@ -433,14 +440,15 @@ class DropIn:
 
     def _run(self, args: tuple, tensors: tuple, plan: _Plan | None = None) -> Any:
         """A call by its plan (``__call__`` found it; else looked up, made if new): our kernel where
-        the plan has one and the inputs are laid out for it (what ``layout_problem`` checks, here
-        without making its message), else torch's formulation."""
+        the plan has one and the inputs are laid out for it (in a layout the kernel accepts, on a
+        16-byte boundary), else torch's formulation."""
         if plan is None:
             plan = self._plan_for(args)
         launch, reason = plan.launch, plan.reason
         if launch is not None:
+            accepts = plan.accepts
             for t in tensors:
-                if not t.is_contiguous() or t.data_ptr() % VECTOR_BYTES:
+                if not accepts(t) or t.data_ptr() % VECTOR_BYTES:
                     launch, reason = None, "non-contiguous or misaligned input"
                     break
         if launch is not None:
@@ -507,7 +515,7 @@ class DropIn:
         args = self._complete(args, kwargs)
         plan = self._plan_for(args)
         tensors = args[:self._tensor_count]
-        if any(layout_problem(t) for t in tensors):
+        if any(not plan.accepts(t) or t.data_ptr() % VECTOR_BYTES for t in tensors):  # as _run checks
             return None
         return plan.kernel
 
@@ -633,6 +641,17 @@ def _fast_call(function: DropIn, plan: _Plan, positions: tuple[int, ...]) -> Cal
     return fast
 
 
+_fast_paths: list[dict] = []  # every front's fast calls (see drop_in), for forget_fast_paths()
+
+
+def forget_fast_paths() -> None:
+    """Forget every front's fast calls (see :func:`drop_in`): the next call of each signature runs
+    its front again and finds its plan anew. For code that replaces the functions' plans (tests that
+    swap other kernels in), whose fast calls would otherwise keep running the plans they replaced."""
+    for calls in _fast_paths:
+        calls.clear()
+
+
 def drop_in(front: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate ``front``, a function with torch's signature that puts a call into the canonical
     form of a :class:`DropIn` and calls it, with an eager fast path: a call whose argument
@@ -641,6 +660,7 @@ def drop_in(front: Callable[..., Any]) -> Callable[..., Any]:
     launches that kernel at once, with none of the front's work or the DropIn's (model code calls
     one signature many times). Every other call runs ``front`` as written."""
     fast_calls: dict[tuple, Callable[[tuple], Any]] = {}
+    _fast_paths.append(fast_calls)
 
     @functools.wraps(front)
     def call(*args: Any, **kwargs: Any) -> Any:

@@ -10,10 +10,14 @@ scales, bf16 output) are ops torch has no function for.
 A front puts a call into its op's canonical form (batched input, one int per spatial dim, numeric
 padding) and calls the op's function, one per op and bias or none (``torch.ops.npuops_conv.*``);
 what the op cannot express (integer or float64 inputs, a weight of the wrong shape) goes to torch's
-function, which computes or raises as it does. Our kernels take NC[D]HW-contiguous inputs and
-compute channels last: each call converts its input (the weight once, while it is unchanged), and
-returns the NC[D]HW view of the channels-last result. Channels-last inputs run torch's function
-(cuDNN's channels-last kernels).
+function, which computes or raises as it does. Our kernels compute channels last ([N, *spatial, C]
+rows; see :func:`npuops_conv.layouts.channels_last_kernel`) and return the NC[D]HW view of the
+channels-last result. They take channels-last inputs (``torch.channels_last``,
+``channels_last_3d``; for conv1d, NLC storage such as ``x.transpose(1, 2)`` of a [N, L, C] tensor)
+as they are, with no conversion, and return what torch's function returns for them (a
+channels-last output; conv1d's NLC, which torch, having no 3-d format, returns NCL-contiguous).
+NC[D]HW-contiguous inputs are converted each call (the weight once, while it is unchanged). Inputs
+in neither layout run torch's function.
 
 Gradients: ``conv2d``'s and ``conv_transpose2d``'s backward runs our gradient ops as functions
 (Conv2dDgrad, Conv2dWgrad; Conv2dFwd for a transposed conv's input), computing only the gradients
@@ -28,6 +32,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from npuops import OpFunction, batched, define_function, drop_in, int_tuple, torch_call, unbatched
+
+from .layouts import accepts, channels_last
 
 _TORCH_CONVS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -106,10 +112,17 @@ def _weight_grads(x, grad_out, weight, stride, padding, dilation, groups, wants_
     return grad_weight, grad_bias
 
 
+def _laid_out(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as our kernels take it: as it is where they do (NC[D]HW-contiguous, or channels
+    last, a channels-last model's activations and their gradients: no copy), else copied channels
+    last, the layout they read (one copy, not a contiguous one the kernel converts again)."""
+    return tensor if accepts(tensor) else channels_last(tensor)
+
+
 # Each function's backward (see npuops.OpFunction.backward): autograd may hand over a gradient with
-# any strides (an expanded one from .sum()); our kernels take contiguous tensors.
+# any strides (an expanded one from .sum()); our kernels take the layouts _laid_out gives.
 def _conv2d_backward(inputs, params, outputs, grads, needs):
-    x, weight, grad_out = inputs["input"].contiguous(), inputs["weight"], grads[0].contiguous()
+    x, weight, grad_out = _laid_out(inputs["input"]), inputs["weight"], _laid_out(grads[0])
     stride, padding, dilation, groups = (params[p] for p in _GEOMETRY)
     grad_input = _DGRAD(x, grad_out, weight, stride, padding, dilation, groups) if needs[0] else None
     has_bias = len(needs) == 3
@@ -122,14 +135,14 @@ def _conv_transpose2d_backward(inputs, params, outputs, grads, needs):
     """y = conv_transpose2d(x, weight) is the adjoint of the conv of y's space by ``weight`` into
     x's: x's gradient is that conv of grad_y (Conv2dFwd), the weight's that conv's weight gradient
     with grad_y its input and x its output's gradient."""
-    x, weight, grad_out = inputs["input"], inputs["weight"], grads[0].contiguous()
+    x, weight, grad_out = inputs["input"], inputs["weight"], _laid_out(grads[0])
     stride, padding, output_padding, dilation, groups = (params[p] for p in (
         "stride", "padding", "output_padding", "dilation", "groups"))
     if any(p >= s for p, s in zip(output_padding, stride)):  # not the adjoint of a conv: torch's derivative
         return None
     grad_input = _CONVS[2, False](grad_out, weight, stride, padding, dilation, groups) if needs[0] else None
     has_bias = len(needs) == 3
-    grad_weight, grad_bias = _weight_grads(grad_out, x.contiguous(), weight, stride, padding, dilation, groups,
+    grad_weight, grad_bias = _weight_grads(grad_out, _laid_out(x), weight, stride, padding, dilation, groups,
                                            needs[1], False)
     if has_bias and needs[2]:
         grad_bias = grad_out.sum((0, 2, 3))

@@ -3,6 +3,8 @@
 A channels-last model keeps its activations and weights in that layout throughout and never
 converts, so an implementation that wants channels-last data gets copies of the op's NC[D]HW
 inputs made outside the timed calls (:class:`ChannelsLastCache`), as a model would have them.
+Tensors already channels last (:func:`channels_inner`: what such a model passes) are read as they
+are, never copied.
 """
 
 from __future__ import annotations
@@ -23,6 +25,23 @@ def channels_last(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.movedim(1, -1).contiguous().movedim(-1, 1)
 
 
+def channels_inner(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` (N, C, *spatial) already is :func:`channels_last`'s form: its storage
+    [N, *spatial, C], dense (torch's channels_last / channels_last_3d formats; for 3-d, NLC, such as
+    ``x.transpose(1, 2)`` of a [N, L, C] tensor, which torch has no format for)."""
+    if tensor.dim() == 4:  # torch's own checks, for the common ranks: no view made
+        return tensor.is_contiguous(memory_format=torch.channels_last)
+    if tensor.dim() == 5:
+        return tensor.is_contiguous(memory_format=torch.channels_last_3d)
+    return tensor.dim() >= 3 and tensor.movedim(1, -1).is_contiguous()
+
+
+def accepts(tensor: torch.Tensor) -> bool:
+    """Whether a :func:`channels_last_kernel` takes ``tensor`` as it is laid out: NC[D]HW-contiguous
+    (converted, see :class:`ChannelsLastCache`) or already channels last (read in place)."""
+    return tensor.is_contiguous() or channels_inner(tensor)
+
+
 class ChannelsLastCache:
     """Channels-last copies of the tensors last passed under each name.
 
@@ -36,7 +55,9 @@ class ChannelsLastCache:
         self._copies: dict[str, tuple[weakref.ref, int, torch.Tensor]] = {}
 
     def get(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
-        if tensor.dim() < 3:
+        # A tensor already channels last is its own copy: nothing to convert, nothing to remember
+        # (a view held here would keep the caller's memory alive).
+        if tensor.dim() < 3 or channels_inner(tensor):
             return tensor
         cached = self._copies.get(name)
         if cached is not None and cached[0]() is tensor and cached[1] == tensor._version:
@@ -49,16 +70,18 @@ class ChannelsLastCache:
 def channels_last_kernel(kernel: Callable[..., Any]) -> Callable[..., Any]:
     """A kernel of channels-last tensors (input [N, *spatial, C_in], weight [C_out, *kernel, C_in /
     groups], output [N, *spatial_out, C_out], or the gradients') as the op's callable of NC[D]HW
-    tensors: inputs converted once each (untimed, see :class:`ChannelsLastCache`) and passed
-    channels last, each output (one or a tuple) returned as the NC[D]HW view of what the kernel
-    wrote (channels-last strides, no copy). Its ``config`` (recorded with each row) names the
-    layout."""
+    tensors: NC[D]HW-contiguous inputs converted once each (untimed, see :class:`ChannelsLastCache`),
+    channels-last ones passed as they are; each output (one or a tuple) returned as the NC[D]HW view
+    of what the kernel wrote (channels-last strides, no copy: for channels-last inputs what torch's
+    convolutions return). Its ``accepts`` tells the functions (see ``npuops.functional``) the input
+    layouts it takes (:func:`accepts`); its ``config`` (recorded with each row) names the layout."""
     cache = ChannelsLastCache()
 
     def channels_last_conv(**inputs: torch.Tensor) -> Any:
         result = kernel(**{name: _channels_inner(cache.get(name, tensor)) for name, tensor in inputs.items()})
         return tuple(_channels_first(t) for t in result) if isinstance(result, tuple) else _channels_first(result)
 
+    channels_last_conv.accepts = accepts
     channels_last_conv.config = {**getattr(kernel, "config", {}), "layout": "channels-last"}
     return channels_last_conv
 

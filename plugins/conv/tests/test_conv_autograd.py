@@ -16,6 +16,7 @@ import npuops_conv as F
 import pytest
 import torch
 import torch.nn.functional as TF
+from conv_cpu_kernels import GRADIENTS, use_cpu_target_kernels
 from npuops.functional import coverage, reset_coverage
 
 
@@ -227,49 +228,8 @@ def test_opcheck(name):
 def cpu_target_kernels(monkeypatch):
     """Plans of CPU calls of the gradient functions run our gradient kernels built for TileLang's CPU
     target (the direct kernels, which need no tensor cores), as CUDA calls run them built for the GPU."""
-    pytest.importorskip("tilelang")
-    from npuops import functional as core
-    from npuops.kernels import CPU_TARGET, compile_kernel
-    from npuops.registry import load_registry
-    from npuops_conv.conv_grad_kernel import (
-        Grad,
-        _wgrad,
-        dgrad_kernel,
-        wgrad_direct_launch,
-    )
-    from npuops_conv.conv_kernel import Problem
-    from npuops_conv.layouts import channels_last_kernel
-
-    registry = load_registry()
-    make_plan = core._plan
-    cpu = torch.device("cpu")
-
-    def plan(fn, described, devices, params):
-        made = make_plan(fn, described, devices, params)
-        if made.reason != "cpu device" or fn.op not in ("Conv2dDgrad", "Conv2dWgrad"):
-            return made
-        op = registry.op(fn.op)
-        w = core._workload(fn, op, described, params)
-        if op.kernel_unsupported(w) is not None:
-            return made
-        g, dtype = op.geometry(w), w.dtype_of("input")
-        if fn.op == "Conv2dDgrad":
-            spec = dgrad_kernel(g, dtype, False, op.kernel_inputs, kernel="direct", block_M=16, block_N=4, block_K=0,
-                                num_stages=0, threads=64, splits=1)
-        else:
-            q = Grad(Problem(g, dtype), g.bias)
-            spec = _wgrad(q, wgrad_direct_launch(q, outputs=16, threads=16))
-        kernel = channels_last_kernel(spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), cpu))
-        read = [name not in fn.shape_only for name in made.names]
-
-        def launch(*tensors):
-            return kernel(**{n: t for n, t, r in zip(made.names, tensors, read) if r})
-
-        return dataclasses.replace(made, kernel=kernel, launch=launch, reason=None)
-
-    monkeypatch.setattr(core, "_plan", plan)
-    for function in core._functions:
-        monkeypatch.setattr(function, "_plans", {})
+    with use_cpu_target_kernels(monkeypatch, GRADIENTS):
+        yield
 
 
 KERNEL_CASES = [c for c in CASES if c.name in ("3x3-pad1", "stride-per-dim-dilated", "depthwise-stride2",

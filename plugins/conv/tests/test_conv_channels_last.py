@@ -1,0 +1,206 @@
+"""Channels-last inputs through the conv functions: ``npuops_conv.conv2d`` of a
+``torch.channels_last`` input (``conv3d``: ``channels_last_3d``; ``conv1d``: NLC storage, such as
+``x.transpose(1, 2)`` of a [N, L, C] tensor) runs our kernel on the input's own storage, no
+conversion, and returns what torch's function returns (a channels-last output; conv1d's NLC);
+NC[D]HW-contiguous inputs are converted as before; gradients of channels-last inputs run our
+gradient kernels. Checked with our kernels built for TileLang's CPU target in place of the GPU's
+(see conv_cpu_kernels), and on a GPU (marker ``gpu``) in bf16 and f16."""
+
+from __future__ import annotations
+
+import math
+
+import npuops_conv as F
+import pytest
+import torch
+import torch.nn.functional as TF
+from conv_cpu_kernels import FORWARD, GRADIENTS, use_cpu_target_kernels
+from npuops.functional import coverage, reset_coverage
+
+FORMATS = {3: None, 4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+def _channels_last(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with channels-last storage (conv1d's: NLC, which torch has no memory format for)."""
+    if t.dim() == 3:
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return t.contiguous(memory_format=FORMATS[t.dim()])
+
+
+def _is_channels_last(t: torch.Tensor) -> bool:
+    return t.transpose(1, 2).is_contiguous() if t.dim() == 3 else t.is_contiguous(memory_format=FORMATS[t.dim()])
+
+
+def _function(fn, b) -> str:
+    """The op function ``fn`` of ``bias`` b calls, as coverage() names it."""
+    return f"{fn.__name__}{'_bias' if b is not None else ''}"
+
+
+def _shares_storage(seen: torch.Tensor, t: torch.Tensor) -> bool:
+    return seen.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+
+
+def _randn(*shape, dtype=torch.float32, device="cpu", std=1.0):
+    return (torch.randn(shape, dtype=torch.float64) * std + 0.2).to(device=device, dtype=dtype)
+
+
+# (function, input shape, weight shape, bias, kwargs)
+CASES = {
+    "conv2d-3x3-pad-bias": (F.conv2d, (2, 8, 7, 6), (6, 8, 3, 3), True, {"padding": 1}),
+    "conv2d-strided-dilated-groups": (F.conv2d, (1, 8, 9, 8), (4, 4, 3, 2), False,
+                                      {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2), "groups": 2}),
+    "conv3d": (F.conv3d, (1, 8, 4, 5, 6), (4, 8, 3, 3, 3), True, {"stride": (1, 2, 1), "padding": 1}),
+    "conv1d-nlc": (F.conv1d, (2, 8, 11), (6, 8, 3), True, {"padding": 2, "dilation": 2}),
+}
+
+
+def _case(name, weight_channels_last=False):
+    fn, x_shape, w_shape, bias, kwargs = CASES[name]
+    torch.manual_seed(hash(name) % 2**31)
+    x, w = _randn(*x_shape), _randn(*w_shape, std=1 / math.sqrt(math.prod(w_shape[1:])))
+    w = _channels_last(w) if weight_channels_last else w
+    return fn, _channels_last(x), w, _randn(w_shape[0]) if bias else None, kwargs
+
+
+@pytest.fixture
+def received(monkeypatch):
+    """Our forward and gradient kernels built for TileLang's CPU target; what each launch hands the
+    kernel itself, per op (a list of the tensors by name, one per launch)."""
+    seen: dict[str, list] = {}
+    with use_cpu_target_kernels(monkeypatch, {**FORWARD, **GRADIENTS},
+                                lambda op, tensors: seen.setdefault(op, []).append(tensors)):
+        yield seen
+
+
+@pytest.mark.parametrize("weight_channels_last", [False, True], ids=["weight-nchw", "weight-channels-last"])
+@pytest.mark.parametrize("name", CASES)
+def test_channels_last_input_runs_our_kernel_on_its_own_storage(name, weight_channels_last, received):
+    fn, x, w, b, kwargs = _case(name, weight_channels_last)
+    want = getattr(TF, fn.__name__)(x, w, b, **kwargs)
+    reset_coverage()
+    for call in range(2):  # the first call makes the plan, the second takes the drop-in's fast path
+        y = fn(x, w, b, **kwargs)
+        (seen,) = received.pop(f"Conv{x.dim() - 2}dFwd")
+        # the kernel read x's storage as it is: [N, *spatial, C], no copy
+        assert _shares_storage(seen["input"], x) and seen["input"].shape == x.movedim(1, -1).shape
+        assert _shares_storage(seen["weight"], w) == weight_channels_last
+        assert y.shape == want.shape and y.dtype == want.dtype
+        torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-4)
+        # channels last, as torch's CUDA convolutions return for channels-last inputs (the GPU test
+        # compares strides; conv1d's NLC: torch, with no 3-d format, returns NCL-contiguous)
+        assert _is_channels_last(y)
+        if x.dim() == 4:  # torch's CPU conv2d does too (its strided conv3d does not)
+            assert y.stride() == want.stride()
+    assert coverage()[_function(fn, b)] == {"ours": 2, "torch": 0, "why": {}}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_contiguous_input_is_converted_as_before(name, received):
+    fn, x, w, b, kwargs = _case(name)
+    x = x.contiguous()
+    reset_coverage()
+    y = fn(x, w, b, **kwargs)
+    (seen,) = received[f"Conv{x.dim() - 2}dFwd"]
+    assert not _shares_storage(seen["input"], x) and seen["input"].is_contiguous()  # a channels-last copy
+    assert coverage()[_function(fn, b)]["ours"] == 1
+    torch.testing.assert_close(y, getattr(TF, fn.__name__)(x, w, b, **kwargs), rtol=1e-4, atol=1e-4)
+    assert _is_channels_last(y)  # the NC[D]HW view of the kernel's channels-last output, as before
+
+
+def test_an_input_in_neither_layout_runs_torch(received):
+    fn, x, w, b, kwargs = _case("conv2d-3x3-pad-bias")
+    strided = torch.cat([x, x], -1)[..., ::2]  # neither NCHW- nor channels-last-contiguous
+    reset_coverage()
+    torch.testing.assert_close(fn(strided, w, b, **kwargs), TF.conv2d(strided, w, b, **kwargs))
+    assert coverage()["conv2d_bias"]["why"] == {"non-contiguous or misaligned input": 1}
+    assert "Conv2dFwd" not in received
+
+
+@pytest.mark.parametrize("weight_channels_last", [False, True], ids=["weight-nchw", "weight-channels-last"])
+@pytest.mark.parametrize("name", ["conv2d-3x3-pad-bias", "conv2d-strided-dilated-groups"])
+def test_channels_last_gradients_run_our_gradient_kernels(name, weight_channels_last, received):
+    _, x, w, b, kwargs = _case(name, weight_channels_last)
+    results = []
+    for functions in (F, TF):
+        leaves = [t.detach().clone(memory_format=torch.preserve_format).requires_grad_()
+                  for t in (x, w, *([b] if b is not None else []))]
+        y = functions.conv2d(leaves[0], leaves[1], leaves[2] if b is not None else None, **kwargs)
+        upstream = _channels_last(torch.linspace(-1, 1, y.numel()).view(y.shape))  # a channels-last model's
+        (y * upstream).sum().backward()
+        results.append((y.detach(), [t.grad for t in leaves]))
+        if functions is F:
+            wgrad = f"conv2d_wgrad{'_bias' if b is not None else ''}"
+            ran = coverage()
+            assert all(ran[f]["ours"] == 1 and ran[f]["torch"] == 0 for f in (_function(TF.conv2d, b), "conv2d_dgrad", wgrad)), ran
+            (seen,) = received["Conv2dWgrad"]
+            assert _shares_storage(seen["input"], leaves[0])  # the saved channels-last input, no copy
+            reset_coverage()
+    (y, grads), (want_y, want_grads) = results
+    torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(grads, want_grads, rtol=1e-4, atol=1e-4)
+    assert _is_channels_last(grads[0])  # the input's gradient in its layout, as torch gives it
+
+
+@pytest.fixture(autouse=True)
+def _fresh_coverage():
+    reset_coverage()
+
+
+# -- on a GPU -------------------------------------------------------------------------------------
+def _close(got, want, tolerance, what):
+    """Within ``tolerance`` of rms(want) + |want| elementwise (as the conv kernels' tests measure)."""
+    err = (got.float() - want).abs()
+    allowed = tolerance * (want.square().mean().sqrt() + want.abs())
+    assert not got.isnan().any() and (err <= allowed).all(), f"{what}: max error {err.max().item():.3g}"
+
+
+GPU_CASES = {
+    "conv2d-3x3-64": (F.conv2d, (8, 64, 28, 28), (64, 64, 3, 3), True, {"padding": 1}),
+    "conv2d-1x1-stride2": (F.conv2d, (4, 128, 14, 14), (64, 128, 1, 1), False, {"stride": 2}),
+    "conv2d-depthwise": (F.conv2d, (4, 96, 28, 28), (96, 1, 3, 3), True, {"groups": 96, "padding": 1}),
+    "conv3d-3x3x3": (F.conv3d, (2, 32, 8, 16, 16), (64, 32, 3, 3, 3), True, {"padding": 1}),
+    "conv1d-nlc": (F.conv1d, (4, 256, 128), (256, 256, 3), True, {"padding": 1}),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("name", GPU_CASES)
+def test_channels_last_runs_our_kernels_without_conversion_on_the_gpu(name, dtype, monkeypatch):
+    from npuops_conv import layouts
+
+    fn, x_shape, w_shape, bias, kwargs = GPU_CASES[name]
+    torch.manual_seed(17)
+    x = _channels_last(_randn(*x_shape, dtype=dtype, device="cuda"))
+    w = _channels_last(_randn(*w_shape, dtype=dtype, device="cuda", std=1 / math.sqrt(math.prod(w_shape[1:]))))
+    b = _randn(w_shape[0], dtype=dtype, device="cuda") if bias else None
+    converted = []  # what the kernels' binding converts to channels last (see layouts.ChannelsLastCache)
+    convert = layouts.channels_last
+    monkeypatch.setattr(layouts, "channels_last", lambda t: converted.append(t.shape) or convert(t))
+    reset_coverage()
+    for _ in range(2):  # the plan's call, then the fast path's
+        y = fn(x, w, b, **kwargs)
+    assert coverage()[_function(fn, b)] == {"ours": 2, "torch": 0, "why": {}}, coverage()
+    assert converted == []
+    want = getattr(TF, fn.__name__)(x.float(), w.float(), None if b is None else b.float(), **kwargs)
+    assert y.shape == want.shape and y.dtype == dtype and _is_channels_last(y)
+    if x.dim() > 3:
+        assert y.stride() == getattr(TF, fn.__name__)(x, w, b, **kwargs).stride()
+    _close(y, want, 3e-2, "output")
+    if fn is not F.conv2d:
+        return
+    # gradients: our gradient kernels on the channels-last input and gradient, nothing converted
+    leaves = [t.detach().clone(memory_format=torch.preserve_format).requires_grad_() for t in (x, w)]
+    reset_coverage()
+    y = fn(*leaves, b, **kwargs)
+    upstream = _channels_last(_randn(*y.shape, dtype=dtype, device="cuda") / math.sqrt(y[0, 0].numel()))
+    y.backward(upstream)
+    ran = coverage()
+    assert all(counts["torch"] == 0 for counts in ran.values()), ran
+    assert {name for name in ran if name.startswith("conv2d_")} == {"conv2d_dgrad", "conv2d_wgrad"}
+    assert converted == []
+    refs = [t.detach().float().requires_grad_() for t in (x, w)]
+    getattr(TF, fn.__name__)(*refs, None if b is None else b.float(), **kwargs).backward(upstream.float())
+    for got, ref, what in zip((leaves[0].grad, leaves[1].grad), refs, ("input", "weight")):
+        assert got.dtype == dtype
+        _close(got, ref.grad, 3e-2, f"gradient of {what}")
