@@ -24,8 +24,8 @@ def forward_spec(op, w):
 def dgrad_spec(op, w):
     from npuops_conv.conv_grad_kernel import dgrad_kernel
 
-    return dgrad_kernel(op.geometry(w), w.dtype_of("input"), False, op.kernel_inputs, kernel="direct", block_M=16,
-                        block_N=4, block_K=0, num_stages=0, threads=64, splits=1)
+    return dgrad_kernel(op.geometry(w), w.dtype_of("input"), op.kernel_bias(w), op.kernel_inputs, kernel="direct",
+                        block_M=16, block_N=4, block_K=0, num_stages=0, threads=64, splits=1)
 
 
 def wgrad_spec(op, w):
@@ -37,15 +37,31 @@ def wgrad_spec(op, w):
     return _wgrad(q, wgrad_direct_launch(q, outputs=16, threads=16))
 
 
+def fp8_stand_in(op, w):
+    """Not a build: the CPU target builds no GEMM of 8- or 16-bit tiles (fp8 operands, a bf16
+    output), so for Conv2dFp8Fwd a callable of the kernel's channels-last tensors computing the op's
+    torch formulation (dequantized to bf16), returning [N, *spatial_out, C_out] as the kernel does:
+    the functions' routing of the call (layouts, binding, output) checked, not the kernel's arithmetic."""
+    conv = op.torch_impl(w)
+
+    def kernel(input, weight, x_scale, w_scale):
+        return conv(input.movedim(-1, 1), weight.movedim(-1, 1), x_scale, w_scale).movedim(1, -1).contiguous()
+
+    return kernel
+
+
 GRADIENTS = {"Conv2dDgrad": dgrad_spec, "Conv2dWgrad": wgrad_spec}
-FORWARD = {name: forward_spec for name in ("Conv1dFwd", "Conv2dFwd", "Conv3dFwd")}
+# The forward functions' ops (conv_transpose2d's kernel: the data gradient of the conv it transposes)
+FORWARD = {**{name: forward_spec for name in ("Conv1dFwd", "Conv2dFwd", "Conv3dFwd", "Conv1dCausal", "Conv2dBiasRelu")},
+           "Conv2dTranspose": dgrad_spec}
 
 
 @contextlib.contextmanager
 def use_cpu_target_kernels(monkeypatch, specs: dict[str, Callable],
                            received: Callable[[str, dict[str, torch.Tensor]], None] | None = None) -> Iterator[None]:
     """Within: plans of CPU calls of the functions whose op ``specs`` names (op name -> ``spec(op,
-    w)``, a KernelSpec) run that kernel built for TileLang's CPU target and bound as the op's build
+    w)``, a KernelSpec, or a callable of the kernel's tensors standing in for a build, such as
+    :func:`fp8_stand_in`) run that kernel built for TileLang's CPU target and bound as the op's build
     binds it (``layouts.channels_last_kernel``), as CUDA calls run theirs built for the GPU (plans
     made before, the fronts' fast calls too, are forgotten on entry and on exit). ``received(op
     name, tensors)``: told what each launch hands the kernel itself (the channels-last tensors)."""
@@ -70,7 +86,8 @@ def use_cpu_target_kernels(monkeypatch, specs: dict[str, Callable],
         if op.kernel_unsupported(w) is not None:
             return made
         spec = specs[fn.op](op, w)
-        bound = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), cpu)
+        is_spec = hasattr(spec, "prim_func")
+        bound = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), cpu) if is_spec else spec
 
         def seen(**tensors):
             received(fn.op, tensors)

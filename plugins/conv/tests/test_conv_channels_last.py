@@ -3,8 +3,12 @@
 ``x.transpose(1, 2)`` of a [N, L, C] tensor) runs our kernel on the input's own storage, no
 conversion, and returns what torch's function returns (a channels-last output; conv1d's NLC);
 NC[D]HW-contiguous inputs are converted as before; gradients of channels-last inputs run our
-gradient kernels. Checked with our kernels built for TileLang's CPU target in place of the GPU's
-(see conv_cpu_kernels), and on a GPU (marker ``gpu``) in bf16 and f16."""
+gradient kernels. The same for the functions of the other ops, which go through the same binding:
+``conv_transpose2d`` (our data-gradient kernel), ``conv1d_causal`` (NLC), ``conv2d_bias_relu`` (the
+fused epilogue) and ``conv2d_fp8``. Checked with our kernels built for TileLang's CPU target in
+place of the GPU's (see conv_cpu_kernels; conv2d_fp8: the CPU target builds no fp8 GEMM, so a
+stand-in of the kernel checks the call's routing), and on a GPU (marker ``gpu``) in bf16 and f16
+(conv2d_fp8: fp8 e4m3)."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import npuops_conv as F
 import pytest
 import torch
 import torch.nn.functional as TF
-from conv_cpu_kernels import FORWARD, GRADIENTS, use_cpu_target_kernels
+from conv_cpu_kernels import FORWARD, GRADIENTS, fp8_stand_in, use_cpu_target_kernels
 from npuops.functional import coverage, reset_coverage
 
 FORMATS = {3: None, 4: torch.channels_last, 5: torch.channels_last_3d}
@@ -32,8 +36,25 @@ def _is_channels_last(t: torch.Tensor) -> bool:
 
 
 def _function(fn, b) -> str:
-    """The op function ``fn`` of ``bias`` b calls, as coverage() names it."""
-    return f"{fn.__name__}{'_bias' if b is not None else ''}"
+    """The op function ``fn`` of ``bias`` b calls, as coverage() names it (conv2d_bias_relu: one,
+    its bias required)."""
+    return f"{fn.__name__}{'_bias' if b is not None and fn is not F.conv2d_bias_relu else ''}"
+
+
+def _causal(input, weight, bias=None, stride=1, dilation=1, groups=1):
+    return TF.conv1d(TF.pad(input, ((weight.shape[-1] - 1) * dilation, 0)), weight, bias, stride, 0, dilation, groups)
+
+
+def _bias_relu(input, weight, bias, **kwargs):
+    return TF.conv2d(input, weight, bias, **kwargs).relu()
+
+
+# torch's formulation of each function (the drop-ins: torch's function of the same name)
+_FORMULATIONS = {F.conv1d_causal: _causal, F.conv2d_bias_relu: _bias_relu}
+
+
+def _torch(fn):
+    return _FORMULATIONS.get(fn) or getattr(TF, fn.__name__)
 
 
 def _shares_storage(seen: torch.Tensor, t: torch.Tensor) -> bool:
@@ -51,7 +72,23 @@ CASES = {
                                       {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2), "groups": 2}),
     "conv3d": (F.conv3d, (1, 8, 4, 5, 6), (4, 8, 3, 3, 3), True, {"stride": (1, 2, 1), "padding": 1}),
     "conv1d-nlc": (F.conv1d, (2, 8, 11), (6, 8, 3), True, {"padding": 2, "dilation": 2}),
+    # weight [C_in of x, C_out / groups, kH, kW]
+    "conv-transpose2d-stride2-bias": (F.conv_transpose2d, (2, 6, 5, 4), (6, 4, 3, 3), True,
+                                      {"stride": 2, "padding": 1, "output_padding": 1}),
+    "conv-transpose2d-groups-dilated": (F.conv_transpose2d, (1, 8, 4, 5), (8, 3, 2, 3), False,
+                                        {"stride": (1, 2), "padding": (0, 1), "groups": 2, "dilation": (2, 1)}),
+    "conv1d-causal-nlc-bias": (F.conv1d_causal, (2, 8, 11), (6, 8, 3), True, {"dilation": 2}),
+    "conv1d-causal-nlc-strided-groups": (F.conv1d_causal, (1, 8, 13), (6, 4, 4), False, {"stride": 3, "groups": 2}),
+    "conv2d-bias-relu": (F.conv2d_bias_relu, (2, 8, 7, 6), (6, 8, 3, 3), True, {"padding": 1, "stride": (1, 2)}),
 }
+# the op each function's kernel computes
+OPS = {F.conv1d: "Conv1dFwd", F.conv2d: "Conv2dFwd", F.conv3d: "Conv3dFwd", F.conv_transpose2d: "Conv2dTranspose",
+       F.conv1d_causal: "Conv1dCausal", F.conv2d_bias_relu: "Conv2dBiasRelu"}
+
+
+def _out_channels(fn, w_shape, kwargs) -> int:
+    """The output's channels (the bias's length): conv_transpose2d's weight is [C_in, C_out / groups, ...]."""
+    return w_shape[1] * kwargs.get("groups", 1) if fn is F.conv_transpose2d else w_shape[0]
 
 
 def _case(name, weight_channels_last=False):
@@ -59,7 +96,7 @@ def _case(name, weight_channels_last=False):
     torch.manual_seed(hash(name) % 2**31)
     x, w = _randn(*x_shape), _randn(*w_shape, std=1 / math.sqrt(math.prod(w_shape[1:])))
     w = _channels_last(w) if weight_channels_last else w
-    return fn, _channels_last(x), w, _randn(w_shape[0]) if bias else None, kwargs
+    return fn, _channels_last(x), w, _randn(_out_channels(fn, w_shape, kwargs)) if bias else None, kwargs
 
 
 @pytest.fixture
@@ -76,11 +113,13 @@ def received(monkeypatch):
 @pytest.mark.parametrize("name", CASES)
 def test_channels_last_input_runs_our_kernel_on_its_own_storage(name, weight_channels_last, received):
     fn, x, w, b, kwargs = _case(name, weight_channels_last)
-    want = getattr(TF, fn.__name__)(x, w, b, **kwargs)
+    want = _torch(fn)(x, w, b, **kwargs)
+    if fn is F.conv2d_bias_relu:  # the ReLU has something to do
+        assert (want == 0).any() and (want > 0).any()
     reset_coverage()
     for call in range(2):  # the first call makes the plan, the second takes the drop-in's fast path
         y = fn(x, w, b, **kwargs)
-        (seen,) = received.pop(f"Conv{x.dim() - 2}dFwd")
+        (seen,) = received.pop(OPS[fn])
         # the kernel read x's storage as it is: [N, *spatial, C], no copy
         assert _shares_storage(seen["input"], x) and seen["input"].shape == x.movedim(1, -1).shape
         assert _shares_storage(seen["weight"], w) == weight_channels_last
@@ -89,7 +128,7 @@ def test_channels_last_input_runs_our_kernel_on_its_own_storage(name, weight_cha
         # channels last, as torch's CUDA convolutions return for channels-last inputs (the GPU test
         # compares strides; conv1d's NLC: torch, with no 3-d format, returns NCL-contiguous)
         assert _is_channels_last(y)
-        if x.dim() == 4:  # torch's CPU conv2d does too (its strided conv3d does not)
+        if x.dim() == 4:  # torch's CPU conv2d (and conv_transpose2d) does too (its strided conv3d does not)
             assert y.stride() == want.stride()
     assert coverage()[_function(fn, b)] == {"ours": 2, "torch": 0, "why": {}}
 
@@ -100,10 +139,12 @@ def test_contiguous_input_is_converted_as_before(name, received):
     x = x.contiguous()
     reset_coverage()
     y = fn(x, w, b, **kwargs)
-    (seen,) = received[f"Conv{x.dim() - 2}dFwd"]
+    (seen,) = received[OPS[fn]]
     assert not _shares_storage(seen["input"], x) and seen["input"].is_contiguous()  # a channels-last copy
     assert coverage()[_function(fn, b)]["ours"] == 1
-    torch.testing.assert_close(y, getattr(TF, fn.__name__)(x, w, b, **kwargs), rtol=1e-4, atol=1e-4)
+    want = _torch(fn)(x, w, b, **kwargs)
+    assert y.shape == want.shape and y.dtype == want.dtype
+    torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-4)
     assert _is_channels_last(y)  # the NC[D]HW view of the kernel's channels-last output, as before
 
 
@@ -114,6 +155,39 @@ def test_an_input_in_neither_layout_runs_torch(received):
     torch.testing.assert_close(fn(strided, w, b, **kwargs), TF.conv2d(strided, w, b, **kwargs))
     assert coverage()["conv2d_bias"]["why"] == {"non-contiguous or misaligned input": 1}
     assert "Conv2dFwd" not in received
+
+
+def _fp8(*shape, std=1.0):
+    return _randn(*shape, std=std).to(torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("layout", ["channels-last", "nchw"])
+def test_fp8_input_is_routed_to_our_kernel_in_its_layout(layout, monkeypatch):
+    """conv2d_fp8: the CPU target builds no fp8 GEMM (nor any of 16-bit tiles), so a stand-in of the
+    kernel (the op's formulation on the channels-last tensors the kernel takes) checks the routing:
+    a channels-last fp8 input reaches the kernel as it is, an NCHW one converted, the scales passed,
+    the bf16 output in torch's layout and values. Our fp8 kernel's arithmetic: the GPU tests."""
+    seen = []
+    torch.manual_seed(5)
+    x, w = _fp8(2, 16, 6, 5), _channels_last(_fp8(8, 16, 3, 3, std=0.5))
+    x = _channels_last(x) if layout == "channels-last" else x
+    x_scale, w_scale = torch.tensor(0.75), torch.tensor(0.125)
+    kwargs = {"padding": 1, "stride": (1, 2)}
+    want = TF.conv2d(x.to(torch.bfloat16) * x_scale, w.to(torch.bfloat16) * w_scale, None, **kwargs)
+    with use_cpu_target_kernels(monkeypatch, {"Conv2dFp8Fwd": fp8_stand_in}, lambda op, tensors: seen.append(tensors)):
+        for _ in range(2):  # the plan's call, then the fast path's
+            y = F.conv2d_fp8(x, w, x_scale, w_scale, **kwargs)
+    assert coverage()["conv2d_fp8"] == {"ours": 2, "torch": 0, "why": {}}
+    for tensors in seen:
+        assert _shares_storage(tensors["input"], x) == (layout == "channels-last")
+        assert tensors["input"].shape == x.movedim(1, -1).shape and tensors["input"].is_contiguous()
+        assert _shares_storage(tensors["weight"], w)
+        assert tensors["x_scale"] is x_scale and tensors["w_scale"] is w_scale
+    assert y.shape == want.shape and y.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(y, want)
+    assert _is_channels_last(y)  # channels-last input: as torch's (NCHW: the kernel's channels-last output, as before)
+    if layout == "channels-last":
+        assert y.stride() == want.stride()
 
 
 @pytest.mark.parametrize("weight_channels_last", [False, True], ids=["weight-nchw", "weight-channels-last"])
@@ -160,6 +234,10 @@ GPU_CASES = {
     "conv2d-depthwise": (F.conv2d, (4, 96, 28, 28), (96, 1, 3, 3), True, {"groups": 96, "padding": 1}),
     "conv3d-3x3x3": (F.conv3d, (2, 32, 8, 16, 16), (64, 32, 3, 3, 3), True, {"padding": 1}),
     "conv1d-nlc": (F.conv1d, (4, 256, 128), (256, 256, 3), True, {"padding": 1}),
+    "conv-transpose2d-stride2": (F.conv_transpose2d, (4, 128, 14, 14), (128, 64, 3, 3), True,
+                                 {"stride": 2, "padding": 1, "output_padding": 1}),
+    "conv1d-causal-nlc": (F.conv1d_causal, (4, 256, 128), (256, 256, 3), True, {"dilation": 2}),
+    "conv2d-bias-relu": (F.conv2d_bias_relu, (8, 64, 28, 28), (64, 64, 3, 3), True, {"padding": 1}),
 }
 
 
@@ -173,7 +251,7 @@ def test_channels_last_runs_our_kernels_without_conversion_on_the_gpu(name, dtyp
     torch.manual_seed(17)
     x = _channels_last(_randn(*x_shape, dtype=dtype, device="cuda"))
     w = _channels_last(_randn(*w_shape, dtype=dtype, device="cuda", std=1 / math.sqrt(math.prod(w_shape[1:]))))
-    b = _randn(w_shape[0], dtype=dtype, device="cuda") if bias else None
+    b = _randn(_out_channels(fn, w_shape, kwargs), dtype=dtype, device="cuda") if bias else None
     converted = []  # what the kernels' binding converts to channels last (see layouts.ChannelsLastCache)
     convert = layouts.channels_last
     monkeypatch.setattr(layouts, "channels_last", lambda t: converted.append(t.shape) or convert(t))
@@ -182,10 +260,10 @@ def test_channels_last_runs_our_kernels_without_conversion_on_the_gpu(name, dtyp
         y = fn(x, w, b, **kwargs)
     assert coverage()[_function(fn, b)] == {"ours": 2, "torch": 0, "why": {}}, coverage()
     assert converted == []
-    want = getattr(TF, fn.__name__)(x.float(), w.float(), None if b is None else b.float(), **kwargs)
+    want = _torch(fn)(x.float(), w.float(), None if b is None else b.float(), **kwargs)
     assert y.shape == want.shape and y.dtype == dtype and _is_channels_last(y)
     if x.dim() > 3:
-        assert y.stride() == getattr(TF, fn.__name__)(x, w, b, **kwargs).stride()
+        assert y.stride() == _torch(fn)(x, w, b, **kwargs).stride()
     _close(y, want, 3e-2, "output")
     if fn is not F.conv2d:
         return
@@ -204,3 +282,30 @@ def test_channels_last_runs_our_kernels_without_conversion_on_the_gpu(name, dtyp
     for got, ref, what in zip((leaves[0].grad, leaves[1].grad), refs, ("input", "weight")):
         assert got.dtype == dtype
         _close(got, ref.grad, 3e-2, f"gradient of {what}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, stride", [("3x3", 1), ("3x3-stride2", 2)])
+def test_channels_last_fp8_runs_our_kernel_without_conversion_on_the_gpu(name, stride, monkeypatch):
+    """conv2d_fp8 of a channels-last e4m3 input and weight: our kernel on their storage, a bf16
+    channels-last output as torch's formulation (dequantized to bf16) returns."""
+    from npuops_conv import layouts
+
+    torch.manual_seed(23)
+    x = _channels_last(_randn(4, 64, 28, 28, device="cuda").to(torch.float8_e4m3fn))
+    w = _channels_last(_randn(64, 64, 3, 3, device="cuda").to(torch.float8_e4m3fn))
+    x_scale = torch.tensor(0.5, device="cuda")
+    w_scale = torch.tensor(1 / math.sqrt(64 * 9), device="cuda")
+    converted = []
+    convert = layouts.channels_last
+    monkeypatch.setattr(layouts, "channels_last", lambda t: converted.append(t.shape) or convert(t))
+    reset_coverage()
+    for _ in range(2):  # the plan's call, then the fast path's
+        y = F.conv2d_fp8(x, w, x_scale, w_scale, stride=stride, padding=1)
+    assert coverage()["conv2d_fp8"] == {"ours": 2, "torch": 0, "why": {}}, coverage()
+    assert converted == []
+    formulation = TF.conv2d(x.to(torch.bfloat16) * x_scale, w.to(torch.bfloat16) * w_scale, None, stride, 1)
+    want = TF.conv2d(x.float() * x_scale, w.float() * w_scale, None, stride, 1)
+    assert y.shape == want.shape and y.dtype == torch.bfloat16 and _is_channels_last(y)
+    assert y.stride() == formulation.stride()
+    _close(y, want, 3e-2, "output")
