@@ -21,7 +21,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
 
 from npuops.kernels import compile_kernel
 from npuops.registry import load_registry

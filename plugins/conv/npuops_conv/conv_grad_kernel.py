@@ -70,7 +70,7 @@ import torch
 from npuops import H200_SMS, KernelSpec, tilelang_dtype
 
 from .conv_kernel import (ConvLaunch, Problem, _all, _source, gemm_variants, no_empty_split, ordered_sum,
-                          prim_func_over, too_large)
+                          prim_func_over, store_partials, tile_allocator, tile_product, too_large, zero_fill)
 from .ops._geometry import ConvGeometry
 
 F32 = "float32"
@@ -491,7 +491,8 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
     uniform = all(len(set(d.count)) == 1 for d in q.dims)  # every phase runs max_taps taps
     reduce = ordered_sum(splits, rows, C_in, lambda total, c, Bias, _, __: T.Cast(dt, _bias_add(q, total, c, Bias)))
 
-    _smem = _shared(emulate_gemm)
+    _smem = tile_allocator(emulate_gemm)
+    zero, product = zero_fill(emulate_gemm), tile_product(emulate_gemm)
 
     def _phase(bz):
         return bz // (groups * splits) if phases > 1 else 0
@@ -529,26 +530,14 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
             B_s = _smem((bK, bN), dt)
             acc = T.alloc_fragment((bM, bN), F32)
             C_s = _smem((bM, bN), F32 if split else dt)
-            if emulate_gemm:  # TileLang's CPU target fills no fragment
-                for i, j in T.Parallel(bM, bN):
-                    acc[i, j] = 0
-            else:
-                T.clear(acc)
+            zero(acc)
             for ko in T.Pipelined(_extent(bz), num_stages=stages):
                 for i, kk in T.Parallel(bM, bK):
                     A_s[i, kk] = _a(dY, by * bM + i, bz, _k_tile(bz, ko), kk)
                 T.copy(Wt[_b_row(bz, _k_tile(bz, ko)), _b_col(bz, _k_tile(bz, ko), bx)], B_s)
-                if emulate_gemm:
-                    for i, j in T.Parallel(bM, bN):
-                        for kk in T.serial(bK):
-                            acc[i, j] += T.Cast(F32, A_s[i, kk]) * T.Cast(F32, B_s[kk, j])
-                else:
-                    T.gemm(A_s, B_s, acc)
+                product(A_s, B_s, acc)
             if split:
-                T.copy(acc, C_s)
-                for i, j in T.Parallel(bM, bN):
-                    if by * bM + i < rows and bx * bN + j < Cg:
-                        Work[bz, by * bM + i, bx * bN + j] = C_s[i, j]
+                store_partials()(acc, C_s, Work, bz, by * bM, bx * bN, rows, Cg)
             else:
                 for i, j in T.Parallel(bM, bN):
                     C_s[i, j] = T.Cast(dt, _bias_add(q, acc[i, j], _group(bz) * Cg + T.min(bx * bN + j, Cg - 1), Bias))
@@ -563,13 +552,6 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
     prim_func = prim_func_over(params, dtypes, lambda a: body(a["dy"], a["w"], a.get("bias"), a["y"], a.get("work")), roles)
     return KernelSpec(prim_func, params, outputs, returns,
                       {**config.as_dict(), "k_tiles": k_tiles, "phases": phases, "op": "dgrad"})
-
-
-def _shared(emulate_gemm: bool):
-    """Shared-memory tiles, or on the CPU target (one dynamic shared allocation only) fragments."""
-    import tilelang.language as T
-
-    return T.alloc_fragment if emulate_gemm else T.alloc_shared
 
 
 def _bias_add(q: Grad, value, column, Bias):
@@ -693,7 +675,8 @@ def _wgrad(q: Grad, config: ConvLaunch, emulate_gemm: bool = False) -> KernelSpe
     b_steps = -(-P // (ranges * BIAS_ROWS)) if q.bias else 0  # row steps of a range
     b_threads = max(32, min(256, BIAS_ROWS * b_cols))
 
-    _smem = _shared(emulate_gemm)
+    _smem = tile_allocator(emulate_gemm)
+    zero, product = zero_fill(emulate_gemm), tile_product(emulate_gemm, transpose_A=True)
 
     def _group(bz):
         return bz // splits if groups > 1 else 0
@@ -724,23 +707,14 @@ def _wgrad(q: Grad, config: ConvLaunch, emulate_gemm: bool = False) -> KernelSpe
             B_s = _smem((bK, bN), dt)
             acc = T.alloc_fragment((bM, bN), F32)
             C_s = _smem((bM, bN), F32 if splits > 1 else dt)
-            if emulate_gemm:  # TileLang's CPU target fills no fragment
-                for i, j in T.Parallel(bM, bN):
-                    acc[i, j] = 0
-            else:
-                T.clear(acc)
+            zero(acc)
             for ko in T.Pipelined(per_split, num_stages=stages):
                 # dy rows past the positions and columns past C_out are zero-filled; columns of the
                 # next group reach output rows that are not written.
                 T.copy(dY[_k_tile(bz, ko) * bK, _group(bz) * Og + by * bM], A_s)
                 for kk, j in T.Parallel(bK, bN):
                     B_s[kk, j] = _b(X, _k_tile(bz, ko) * bK + kk, bz, bx, j)
-                if emulate_gemm:
-                    for i, j in T.Parallel(bM, bN):
-                        for kk in T.serial(bK):
-                            acc[i, j] += T.Cast(F32, A_s[kk, i]) * T.Cast(F32, B_s[kk, j])
-                else:
-                    T.gemm(A_s, B_s, acc, transpose_A=True)
+                product(A_s, B_s, acc)
             if splits > 1:
                 T.copy(acc, C_s)
                 for i, j in T.Parallel(bM, bN):

@@ -190,11 +190,16 @@ def _tiles(p: Problem, block_M: int, block_N: int) -> int:
     return -(-p.m // block_M) * -(-p.og // block_N) * p.geometry.groups
 
 
+def swizzle_row(p: Problem) -> int:
+    """Elements of one 128-byte swizzle span: 64 for 16-bit types, 128 for fp8, 32 for fp32."""
+    return 128 // p.dtype.itemsize
+
+
 def gemm_block_K(p: Problem) -> int:
     """K tile: 128 bytes of a row (one 128-byte swizzle span) where K allows; the widest tile of at
     least 32 bytes inside one tap (the aligned form: whole-vector predicated cp.async loads) where
     the group's channels allow (whisper's C_in = 80 takes 16-element tiles)."""
-    row = 128 // p.dtype.itemsize  # 64 for 16-bit, 128 for fp8, 32 for fp32
+    row = swizzle_row(p)
     smallest = max(32 // p.dtype.itemsize, 32 if p.fp8 else 8)
     for block_K in (row, row // 2, row // 4):
         if block_K >= smallest and p.cg % block_K == 0:
@@ -282,7 +287,7 @@ def launch_variants(p: Problem) -> list[dict]:
             variants.append(ConvLaunch("gemm", 64, 128, 32, max(1, min(4, -(-p.k // 32))), 256, 1))
         if p.k <= block_K and not p.fp8:  # one K tile (a stem's 3 channels x 9 taps): CUDA cores may do
             variants.append(direct_launch(p))
-        row = 128 // p.dtype.itemsize
+        row = swizzle_row(p)
         if block_K < row and p.cg % (VECTOR_BYTES // p.dtype.itemsize) == 0 and p.k > row:
             # A full-row K tile over several taps (the element-wise form, still whole 16-byte
             # vectors a tap): half the pipeline steps of 32-channel groups' one-tap tiles.
@@ -471,6 +476,73 @@ def ordered_sum(splits: int, rows, cols: int, finish):
     return reduce
 
 
+def tile_allocator(portable: bool):
+    """Where a GEMM's tiles live: shared memory, or where ``portable`` fragments (TileLang's CPU
+    target takes one dynamic shared allocation a kernel)."""
+    import tilelang.language as T
+
+    return T.alloc_fragment if portable else T.alloc_shared
+
+
+def zero_fill(portable: bool):
+    """A macro clearing a 2-d fragment: ``T.clear``, or where ``portable`` a loop (the CPU target
+    fills no fragment with ``T.clear``)."""
+    import tilelang.language as T
+
+    @T.macro
+    def zero(fragment):
+        if portable:
+            for i, j in T.Parallel(*fragment.shape):
+                fragment[i, j] = 0
+        else:
+            T.clear(fragment)
+
+    return zero
+
+
+def tile_product(portable: bool, transpose_A: bool = False, transpose_B: bool = False):
+    """A macro ``product(A_s, B_s, acc)``: acc += A @ B in fp32 (A_s stored [K, M] where
+    ``transpose_A``, B_s [N, K] where ``transpose_B``): ``T.gemm`` on tensor cores, or where
+    ``portable`` plain loops (TileLang's CPU target has no lowering for T.gemm)."""
+    import tilelang.language as T
+
+    def a(A_s, i, kk):
+        return A_s[kk, i] if transpose_A else A_s[i, kk]
+
+    def b(B_s, kk, j):
+        return B_s[j, kk] if transpose_B else B_s[kk, j]
+
+    def depth(A_s):
+        return A_s.shape[0 if transpose_A else 1]
+
+    @T.macro
+    def product(A_s, B_s, acc):
+        if portable:
+            for i, j in T.Parallel(*acc.shape):
+                for kk in T.serial(depth(A_s)):
+                    acc[i, j] += T.Cast(F32, a(A_s, i, kk)) * T.Cast(F32, b(B_s, kk, j))
+        else:
+            T.gemm(A_s, B_s, acc, transpose_A=transpose_A, transpose_B=transpose_B)
+
+    return product
+
+
+def store_partials():
+    """A macro ``store(acc, C_s, Work, split, row0, col0, rows, cols)``: a split-K block's fp32
+    tile (through ``C_s``) into its split's slice of the workspace, at (row0, col0), rows and
+    columns past (rows, cols) left out (what :func:`ordered_sum` then adds)."""
+    import tilelang.language as T
+
+    @T.macro
+    def store(acc, C_s, Work, split, row0, col0, rows, cols):
+        T.copy(acc, C_s)
+        for i, j in T.Parallel(*C_s.shape):
+            if row0 + i < rows and col0 + j < cols:
+                Work[split, row0 + i, col0 + j] = C_s[i, j]
+
+    return store
+
+
 def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> KernelSpec:
     """The implicit GEMM (``splits`` == 1) or its split-K form with a fixed-order reduction.
     ``portable``: the tile product as plain loops instead of ``T.gemm``, which TileLang's CPU target
@@ -506,19 +578,12 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     def _group(bz):
         return bz if groups > 1 else 0
 
-    @T.macro
-    def zero(fragment):
-        if portable:  # the CPU target has no T.clear of a fragment
-            for i, j in T.Parallel(*fragment.shape):
-                fragment[i, j] = 0
-        else:
-            T.clear(fragment)
+    zero, product = zero_fill(portable), tile_product(portable, transpose_B=True)
 
     @T.macro
     def body(X, Wt, Bias, XS, WS, Y, Work):
         with T.Kernel(T.ceildiv(Og, bN), T.ceildiv(M, bM), groups * splits, threads=threads) as (bx, by, bz):
-            # (The CPU target takes one shared buffer a kernel: there the tiles are local.)
-            tile = T.alloc_fragment if portable else T.alloc_shared
+            tile = tile_allocator(portable)
             A_s = tile((bM, bK), dt)
             B_s = tile((bN, bK), dt)
             acc = T.alloc_fragment((bM, bN), F32)
@@ -537,17 +602,9 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
                 # rows past the group's channels (the next group's weights) only reach output
                 # columns that are not written.
                 T.copy(Wt[_group(bz) * Og + bx * bN, _k_tile(bz, ko) * bK], B_s)
-                if portable:
-                    for i, j in T.Parallel(bM, bN):
-                        for kk in T.serial(bK):
-                            acc[i, j] += T.Cast(F32, A_s[i, kk]) * T.Cast(F32, B_s[j, kk])
-                else:
-                    T.gemm(A_s, B_s, acc, transpose_B=True)
+                product(A_s, B_s, acc)
             if split:
-                T.copy(acc, C_s)
-                for i, j in T.Parallel(bM, bN):
-                    if by * bM + i < M and bx * bN + j < Og:
-                        Work[bz, by * bM + i, bx * bN + j] = C_s[i, j]
+                store_partials()(acc, C_s, Work, bz, by * bM, bx * bN, M, Og)
             else:
                 for i, j in T.Parallel(bM, bN):
                     C_s[i, j] = T.Cast(ot, _epilogue(p, acc[i, j], _group(bz) * Og + T.min(bx * bN + j, Og - 1),

@@ -208,12 +208,17 @@ def columns_kernel(slots: int, blocks: int, hidden: int, dtype: torch.dtype, thr
     return column_sums
 
 
+def on_host(target) -> bool:
+    """Whether ``target`` (None: the GPU's) builds for the host: TileLang's CPU target."""
+    return target is not None and target.get("kind") != "cuda"
+
+
 def bind(prim_func, shapes: Sequence[Sequence[int]], device: torch.device, target=None) -> Callable[..., None]:
     """``run(*tensors)``: ``prim_func`` compiled (for ``target``, by default the GPU's) and launched
     on tensors of as many elements as ``shapes`` (viewed to them on the CPU target)."""
     # TileLang's C code for the CPU target mis-declares vectors of indices (int32_t2 without .s0):
     # built scalar there, which the logic the CPU checks does not depend on.
-    host = target is not None and target.get("kind") != "cuda"
+    host = on_host(target)
     kernel = compile_kernel(prim_func, target=target, pass_configs={"tirx.disable_vectorize": True} if host else None)
     launch = launcher(kernel, torch.device(device), [tuple(s) for s in shapes])
     sizes = launch.sizes({})
@@ -233,8 +238,7 @@ def build_row_backward(spec: RowBackward, weight_shape: Sequence[int], device: t
     rows, hidden = spec.rows, spec.hidden
     meanvar, slots = spec.stat == "meanvar", 2 if spec.stat == "meanvar" else 1
     stats = [(rows,)] * (2 if meanvar else 1)
-    on_host = target is not None and target.get("kind") != "cuda"
-    main = bind(rows_kernel(spec, launch, registers_only=on_host),
+    main = bind(rows_kernel(spec, launch, registers_only=on_host(target)),
                 [(rows, hidden), (rows, hidden), (hidden,), *stats, (rows, hidden), (slots, launch.blocks, hidden)],
                 device, target)
     direct = launch.blocks == 1
