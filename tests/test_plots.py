@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from npuops.cli import main
+from npuops.plots import FONT_SIZE
 from npuops.results import ResultsWriter
 from test_report import LIMITS, row
 
@@ -95,3 +96,18 @@ def test_rows_without_flops_are_counted_not_drawn(capsys, tmp_path):
     rows = [{**row("ours_kernel", "ours", "eager", 0.002), "flops": 0}, row("torch_eager", "torch_eager", "eager", 0.004)]
     page = html(capsys, write(tmp_path / "r.jsonl", LIMITS, rows))
     assert svgs(page)[0].count("class='point") == 1 and "1 rows with no FLOPs or no bytes" in page
+
+
+def test_points_and_labels_clear_the_frame_and_points_lie_over_the_lines(capsys, tmp_path):
+    """W2's alternative runs at exactly 100 GFLOP/s, on a decade: the axis takes one more, so that the
+    point is not on the frame; the bf16 ceiling's label fits inside the frame above its line; the ratios'
+    points come after the 1.0 line and their regime's geomean line, so that no line hides them."""
+    roofline, ratios = svgs(html(capsys, write(tmp_path / "r.jsonl", LIMITS, ROWS)))
+    frame = re.search(r"<rect x='([\d.]+)' y='([\d.]+)' width='([\d.]+)' height='([\d.]+)' fill='none'", roofline)
+    left, top, width, height = map(float, frame.groups())
+    for cx, cy, r in (map(float, p) for p in re.findall(r"class='point [a-z]+' cx='([\d.]+)' cy='([\d.]+)' r='([\d.]+)'", roofline)):
+        assert left < cx - r and cx + r < left + width and top < cy - r and cy + r < top + height
+    ceiling_labels = re.findall(r"<text x='[\d.]+' y='([\d.]+)' text-anchor='end' fill='#444'>", roofline)
+    assert len(ceiling_labels) == 2 and all(float(y) - FONT_SIZE >= top for y in ceiling_labels)
+    first_point = ratios.index("<circle class='ratio")
+    assert ratios.index("class='unity'") < first_point and ratios.index("class='geomean'") < first_point

@@ -37,6 +37,9 @@ LIMIT_COLOR = "#444"
 RATIO_COLORS = {"faster": "#1a8a1a", "slower": "#c01818", "level": "#888", "none": "#888"}
 WIDTH, HEIGHT = 760, 460
 LEFT, RIGHT, TOP, BOTTOM = 78, 180, 16, 52  # the plot area's margins; the legend sits in the right one
+POINT_RADIUS = 3.5
+FONT_SIZE = 11
+CEILING_LABEL_RISE = 5  # a compute ceiling's label's baseline above its line
 
 
 def _num(value: float) -> str:
@@ -52,14 +55,22 @@ def _si(value: float, unit: str = "") -> str:
 
 
 class LogAxis:
-    """Maps values in [10^lo, 10^hi] onto pixels [start, end] on a log scale."""
+    """Maps values in [10^lo, 10^hi] onto pixels [start, end] on a log scale; ``lo`` and ``hi`` are
+    the decades around the values, a decade further out where the lowest value would lie within
+    ``margins_px[0]`` of ``start`` or the highest within ``margins_px[1]`` of ``end`` (a point on
+    the frame, half of it outside the plot; a line's label above the frame)."""
 
-    def __init__(self, values: list[float], start: float, end: float, pad: float = 0.0):
+    def __init__(self, values: list[float], start: float, end: float, margins_px: tuple[float, float] = (0.0, 0.0)):
         logs = [math.log10(v) for v in values]
-        self.lo = math.floor(min(logs) - pad)
-        self.hi = math.ceil(max(logs) + pad)
+        self.lo = math.floor(min(logs))
+        self.hi = math.ceil(max(logs))
         if self.hi <= self.lo:
             self.hi = self.lo + 1
+        px_per_decade = abs(end - start) / (self.hi - self.lo)
+        if (min(logs) - self.lo) * px_per_decade < margins_px[0]:
+            self.lo -= 1
+        if (self.hi - max(logs)) * px_per_decade < margins_px[1]:
+            self.hi += 1
         self.start, self.end = start, end
 
     def __call__(self, value: float) -> float:
@@ -75,7 +86,7 @@ class LogAxis:
 
 def _svg_open(title: str, width: int, height: int) -> str:
     return (f"<svg class='plot' width='{width}' height='{height}' viewBox='0 0 {width} {height}' role='img' "
-            f"font-family='system-ui,sans-serif' font-size='11'><title>{html_text(title)}</title>"
+            f"font-family='system-ui,sans-serif' font-size='{FONT_SIZE}'><title>{html_text(title)}</title>"
             f"<rect x='0' y='0' width='{width}' height='{height}' fill='#fff'/>")
 
 
@@ -138,8 +149,11 @@ def roofline_svg(device: str, entries: list[Entry], limits: dict[str, Any]) -> t
         return "", unplaced
     bandwidth = limits["copy_bandwidth"]
     knees = [knee for knee in (_quotient(peak, bandwidth) for peak in ceilings.values()) if knee is not None]
-    xa = LogAxis([p[1] for p in points] + knees, LEFT, WIDTH - RIGHT)
-    ya = LogAxis([p[2] for p in points] + list(ceilings.values()), HEIGHT - BOTTOM, TOP)
+    point_room = POINT_RADIUS + 2  # no point touches the frame
+    xa = LogAxis([p[1] for p in points] + knees, LEFT, WIDTH - RIGHT, margins_px=(point_room, point_room))
+    # at the top, room for the highest ceiling's label above its line too
+    ya = LogAxis([p[2] for p in points] + list(ceilings.values()), HEIGHT - BOTTOM, TOP,
+                 margins_px=(point_room, max(point_room, CEILING_LABEL_RISE + FONT_SIZE)))
     parts = [_svg_open(f"roofline: {device}", WIDTH, HEIGHT)]
     parts += _grid(xa, ya, "arithmetic intensity (FLOP per byte of the row's cost)", "achieved FLOP/s (median device time)")
     # the bandwidth slope, from the left edge (or the bottom) to the highest ceiling
@@ -161,7 +175,8 @@ def roofline_svg(device: str, entries: list[Entry], limits: dict[str, Any]) -> t
         dash = "" if i == 0 else " stroke-dasharray='6 3'"  # the highest ceiling solid, the others dashed
         y = _num(ya(peak))
         # the label above its line, or below where the one above is within reach (bf16 and f16 nearly equal)
-        label_y = ya(peak) - 5 if not label_ys or ya(peak) - label_ys[-1] > 18 else ya(peak) + 13
+        label_y = (ya(peak) - CEILING_LABEL_RISE if not label_ys or ya(peak) - label_ys[-1] > 18
+                   else ya(peak) + 13)
         label_ys.append(label_y)
         parts.append(f"<line class='limit limit-compute' x1='{_num(xa(xs))}' y1='{y}' x2='{_num(xa.end)}' y2='{y}' "
                      f"stroke='{LIMIT_COLOR}' stroke-width='2'{dash}>"
@@ -172,7 +187,7 @@ def roofline_svg(device: str, entries: list[Entry], limits: dict[str, Any]) -> t
         color = OURS_COLOR if kind == "ours" else ALT_COLOR
         tip = (f"{_point_name(e, row)}: {fmt_ms(_median(row))} ms, {_si(rate, 'FLOP/s')}, {intensity:.3g} FLOP/B"
                + (f", {e.metrics['sol_pct']:.1f}% SOL" if kind == "ours" and e.metrics.get("sol_pct") else ""))
-        parts.append(f"<circle class='point {kind}' cx='{_num(xa(intensity))}' cy='{_num(ya(rate))}' r='3.5' "
+        parts.append(f"<circle class='point {kind}' cx='{_num(xa(intensity))}' cy='{_num(ya(rate))}' r='{POINT_RADIUS}' "
                      f"fill='{color}' fill-opacity='0.65' stroke='{color}'><title>{html_text(tip)}</title></circle>")
     parts.append(_legend([("circle", OURS_COLOR, "ours"), ("circle", ALT_COLOR, "fastest alternative"),
                           ("line", LIMIT_COLOR, "device limits")]))
@@ -257,6 +272,10 @@ def ratio_svg(family: str, entries: list[Entry]) -> str:
                      f"<text x='{x}' y='{bottom + 16}' text-anchor='middle'>{v:g}×</text>")
     parts.append(f"<text x='{_num((left + width - right) / 2)}' y='{bottom + 36}' text-anchor='middle'>ratio: fastest "
                  "alternative's time over ours' (above 1, ours is faster; log scale)</text>")
+    # the lines first, the points over them: a point at 1.0 or at the geomean stays in sight
+    one = _num(x_of(1.0))
+    parts.append(f"<line class='unity' x1='{one}' y1='{TOP}' x2='{one}' y2='{bottom}' stroke='#000' stroke-width='1.5'>"
+                 "<title>1.0: as fast as the fastest alternative</title></line>")
     for i, regime in enumerate(regimes):
         group = by_regime[regime]
         y0 = TOP + band * i
@@ -264,6 +283,10 @@ def ratio_svg(family: str, entries: list[Entry]) -> str:
                      f"<text x='{left - 8}' y='{y0 + band / 2 - 6}' text-anchor='end' dominant-baseline='middle'>"
                      f"{html_text(regime)}</text><text x='{left - 8}' y='{y0 + band / 2 + 8}' text-anchor='end' "
                      f"dominant-baseline='middle' fill='#666'>n={len(group)}</text>")
+        g = _geomean([e.ratio for e in group])  # type: ignore[misc]
+        gx = _num(x_of(g))
+        parts.append(f"<line class='geomean' x1='{gx}' y1='{y0 + 4}' x2='{gx}' y2='{y0 + band - 4}' stroke='#000' "
+                     f"stroke-width='2' stroke-dasharray='3 2'><title>{html_text(regime)} geomean {fmt_ratio(g)}</title></line>")
         for j, e in enumerate(group):
             jitter = ((j * 0.6180339887) % 1.0 - 0.5) * band * 0.7  # the same spread on every render
             color = RATIO_COLORS[ratio_class(e.ratio)]
@@ -272,13 +295,6 @@ def ratio_svg(family: str, entries: list[Entry]) -> str:
             parts.append(f"<circle class='ratio {ratio_class(e.ratio)}' cx='{_num(x_of(e.ratio))}' "  # type: ignore[arg-type]
                          f"cy='{_num(y0 + band / 2 + jitter)}' r='3' fill='{color}' fill-opacity='0.7'>"
                          f"<title>{html_text(tip)}</title></circle>")
-        g = _geomean([e.ratio for e in group])  # type: ignore[misc]
-        gx = _num(x_of(g))
-        parts.append(f"<line class='geomean' x1='{gx}' y1='{y0 + 4}' x2='{gx}' y2='{y0 + band - 4}' stroke='#000' "
-                     f"stroke-width='2' stroke-dasharray='3 2'><title>{html_text(regime)} geomean {fmt_ratio(g)}</title></line>")
-    one = _num(x_of(1.0))
-    parts.append(f"<line class='unity' x1='{one}' y1='{TOP}' x2='{one}' y2='{bottom}' stroke='#000' stroke-width='1.5'>"
-                 "<title>1.0: as fast as the fastest alternative</title></line>")
     parts.append("</svg>")
     return "".join(parts)
 
