@@ -309,6 +309,18 @@ class BoundKernel:
         launch, device, values = self._launch.run, self.device, self._launch.sizes(sizes)
         empty, empty_like = torch.empty, torch.empty_like
 
+        if slots == [*range(len(names)), (slots[-1][0], None)] and picks == [len(names)]:
+            # The common kernel (the inputs in the caller's order, then one output like an input,
+            # returned): its arguments built in one expression, a third of a microsecond less a call.
+            like_input = slots[-1][0]
+
+            def call_one(*tensors: torch.Tensor) -> Any:
+                args = [*tensors, empty_like(tensors[like_input])]
+                launch(args, values)
+                return args[-1]
+
+            return call_one
+
         def call(*tensors: torch.Tensor) -> Any:
             args = [tensors[slot] if type(slot) is int else
                     empty_like(tensors[slot[0]]) if slot[1] is None else empty(slot[0], dtype=slot[1], device=device)
