@@ -61,16 +61,38 @@ def test_json_contract_and_arithmetic(capsys, results_file):
     assert by[("W2", "torch_eager", "eager")]["sol_pct"] == pytest.approx(10.0)
 
 
-def test_ratio_never_mixes_runs(capsys, tmp_path):
-    path = tmp_path / "two-runs.jsonl"
+def two_runs(path, envs, rows):
     with ResultsWriter(path) as w:
-        for run in ("r1", "r2"):
-            w.append({"record": "env", "run_id": run, "device": {}, "limits": LIMITS, "versions": {}, "git": None})
-        w.append({**row("ours_kernel", "ours", "eager", 0.002), "run_id": "r2"})
-        w.append({**row("torch_eager", "torch_eager", "eager", 0.001), "run_id": "r1"})  # faster, other run
-        w.append({**row("torch_compile", "torch_compile", "eager", 0.004), "run_id": "r2"})
+        for run, extra in envs.items():
+            w.append({"record": "env", "run_id": run, "device": {"model": "H200"}, "limits": LIMITS, "versions": {},
+                      "git": "abc", **extra})
+        for r in rows:
+            w.append(r)
+    return path
+
+
+RATIO_ROWS = [
+    {**row("ours_kernel", "ours", "eager", 0.002), "run_id": "r2"},
+    {**row("torch_eager", "torch_eager", "eager", 0.001), "run_id": "r1"},  # faster, the other run
+    {**row("torch_compile", "torch_compile", "eager", 0.004), "run_id": "r2"},
+]
+
+
+@pytest.mark.parametrize("other", [{"git": None}, {"git": "def"}, {"limits": {**LIMITS, "copy_bandwidth": 1e12}},
+                                   {"device": {"model": "H100"}}, {"versions": {"torch": "2.12"}}],
+                         ids=["unknown revision", "revision", "calibration", "device model", "software"])
+def test_ratio_never_mixes_measurements(capsys, tmp_path, other):
+    path = two_runs(tmp_path / "two-runs.jsonl", {"r1": other, "r2": {}}, RATIO_ROWS)
     by = {r["impl"]: r for r in json.loads(report(capsys, path, "json"))}
     assert by["ours_kernel"]["ratio"] == pytest.approx(2.0)
+
+
+def test_ratio_spans_the_runs_of_one_measurement(capsys, tmp_path):
+    """Shards of one sweep, or a run resumed after a kill: one revision, calibration, device model and
+    software stack; ours compares with the fastest alternative whichever run timed it."""
+    path = two_runs(tmp_path / "shards.jsonl", {"r1": {}, "r2": {}}, RATIO_ROWS)
+    by = {r["impl"]: r for r in json.loads(report(capsys, path, "json"))}
+    assert by["ours_kernel"]["ratio"] == pytest.approx(0.5)
 
 
 def test_html_marks_faster_and_slower(capsys, results_file):

@@ -98,22 +98,44 @@ def row_metrics(row: dict[str, Any], limits: dict[str, Any] | None) -> dict[str,
     return out
 
 
-def _alternatives(rows: list[dict[str, Any]], ours: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The non-ours rows that ran; when comparing with ``ours``, only those of ours' own run (a
-    ratio never mixes runs)."""
-    return [r for r in _ok(rows) if r["tier"] != "ours" and (ours is None or r.get("run_id") == ours.get("run_id"))]
+def measurements(results: Results) -> dict[str, Any]:
+    """Each run's measurement: the runs whose rows one ratio may compare. Runs of one revision, one
+    calibration, one device model and one software stack measure alike (the shards of a sweep, or a
+    run resumed after a kill, as ``npuops merge`` requires them to be); a run of an unknown revision
+    is a measurement of its own."""
+    def key(run_id: str, env: dict[str, Any]) -> Any:
+        if not env.get("git"):
+            return run_id
+        device = env.get("device") or {}
+        return json.dumps([env["git"], env.get("limits"), device.get("model", device.get("name")),
+                           env.get("versions")], sort_keys=True)
+
+    return {run_id: key(run_id, env) for run_id, env in results.env.items()}
 
 
-def fastest_alternative(rows: list[dict[str, Any]], ours: dict[str, Any] | None) -> dict[str, Any] | None:
+def _alternatives(rows: list[dict[str, Any]], ours: dict[str, Any] | None,
+                  measured: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The non-ours rows that ran; when comparing with ``ours``, only those of ours' measurement
+    (``measured``, see :func:`measurements`; without it, ours' run): a ratio never mixes revisions,
+    calibrations or devices."""
+    def measurement(row: dict[str, Any]) -> Any:
+        run_id = row.get("run_id")
+        return measured.get(run_id, run_id) if measured else run_id
+
+    return [r for r in _ok(rows) if r["tier"] != "ours" and (ours is None or measurement(r) == measurement(ours))]
+
+
+def fastest_alternative(rows: list[dict[str, Any]], ours: dict[str, Any] | None,
+                        measured: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The fastest of :func:`_alternatives`."""
-    alts = _alternatives(rows, ours)
+    alts = _alternatives(rows, ours, measured)
     return min(alts, key=_median) if alts else None
 
 
-def kernel_ratio(rows: list[dict[str, Any]], ours: dict[str, Any]) -> float | None:
+def kernel_ratio(rows: list[dict[str, Any]], ours: dict[str, Any], measured: dict[str, Any] | None = None) -> float | None:
     """The fastest alternative's kernel time over ours' (:func:`_alternatives`), where ours and
     every alternative have one: a ratio that skipped an alternative would flatter ours."""
-    alts = _alternatives(rows, ours)
+    alts = _alternatives(rows, ours, measured)
     times = [kernel_ms(r) for r in alts]
     if not alts or kernel_ms(ours) is None or None in times:
         return None
@@ -122,6 +144,7 @@ def kernel_ratio(rows: list[dict[str, Any]], ours: dict[str, Any]) -> float | No
 
 def build_entries(results: Results) -> list[Entry]:
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    measured = measurements(results)
     for row in results.rows:
         groups[(row["family"], row["op"], row["device"], row["regime"], row["workload"])].append(row)
     entries = []
@@ -132,10 +155,10 @@ def build_entries(results: Results) -> list[Entry]:
                       sorted(rows, key=lambda r: (r["tier"] != "ours", r["impl"])), env.get("limits"))
         ours = [r for r in _ok(rows) if r["tier"] == "ours"]
         entry.ours = min(ours, key=_median) if ours else None
-        entry.best_alt = fastest_alternative(rows, entry.ours)
+        entry.best_alt = fastest_alternative(rows, entry.ours, measured)
         if entry.ours and entry.best_alt:
             entry.ratio = _quotient(_median(entry.best_alt), _median(entry.ours))
-            entry.kernel_ratio = kernel_ratio(rows, entry.ours)
+            entry.kernel_ratio = kernel_ratio(rows, entry.ours, measured)
         entry.subject = entry.ours or entry.best_alt
         if entry.subject:
             entry.metrics = row_metrics(entry.subject, entry.limits)
@@ -211,16 +234,16 @@ def _workload_order(wid: str) -> tuple:
 
 def json_records(results: Results) -> list[dict[str, Any]]:
     """The machine-readable contract: one record per (workload, implementation, regime)."""
-    records = []
+    records, measured = [], measurements(results)
     for e in build_entries(results):
         for row in e.rows:
             ok = row["status"] == "ok"
             metrics = row_metrics(row, e.limits) if ok else {}
             ratio = by_kernels = None
             if ok and row["tier"] == "ours":
-                best = fastest_alternative(e.rows, row)
+                best = fastest_alternative(e.rows, row, measured)
                 ratio = _quotient(_median(best), _median(row)) if best else None
-                by_kernels = kernel_ratio(e.rows, row)
+                by_kernels = kernel_ratio(e.rows, row, measured)
             records.append({
                 "family": e.family, "op": e.op, "workload": e.workload, "impl": row["impl"],
                 "tier": row["tier"], "regime": e.regime, "status": row["status"],

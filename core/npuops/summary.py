@@ -3,7 +3,7 @@ skipped?", read in ten seconds.
 
 One line per family and per op: how many of its workloads ours ran on (an ``ours`` row that is ok,
 in any regime), and per regime the geometric mean and the worst of the ratio to the fastest
-alternative (its time over ours', same regime, same run: above 1, ours is faster), with the
+alternative (its time over ours', same regime, same measurement: above 1, ours is faster), with the
 geometric mean of ours' % of the device limit (SOL). A ratio is by kernel time (marked ``k``) where
 ours and every alternative of every workload in the line have one, else by device time; a line never
 mixes the two. Below: the rows skipped, one line per reason with its count; the rows wrong or failed,
@@ -27,7 +27,7 @@ from .timing import REGIMES
 SHOWN_REASONS = 8  # skip reasons listed; the rest are counted on one line
 SHOWN_PROBLEMS = 10  # wrong or failed rows named; the rest are counted
 SHOWN_RUNS = 3  # runs described above the terminal summary; the rest are counted
-RATIO_NOTE = ("ratio: the fastest alternative's time over ours' (same regime, same run); above 1 ours is faster. "
+RATIO_NOTE = ("ratio: the fastest alternative's time over ours' (same regime, same measurement: one revision, calibration, device model); above 1 ours is faster. "
               "Geomean and worst over the workloads where both ran; k: by kernel time (ours and every alternative "
               "have one), else by device time. SOL: geomean % of the device limit of ours' rows.")
 
