@@ -138,14 +138,26 @@ def test_an_interrupted_merge_leaves_the_old_output_and_no_temporary_file(tmp_pa
     (["merge", "missing.jsonl", "-o", "out.jsonl"], "results file 'missing.jsonl' does not exist"),
     (["merge", "{dir}", "-o", "out.jsonl"], "is a folder"),
     (["merge", "{a}", "-o", "{dir}"], "--output"),
+    (["merge", "{a}", "{empty}", "-o", "out.jsonl"], "results file '{empty}' holds no records (it is empty)"),
 ])
 def test_bad_inputs_get_one_line(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     a = write(tmp_path / "a.jsonl", env("r1"), row("W1", "r1"))
     (tmp_path / "d").mkdir()
-    argv = [v.format(a=a, dir=tmp_path / "d") for v in argv]
+    empty = write(tmp_path / "empty.jsonl")
+    argv = [v.format(a=a, dir=tmp_path / "d", empty=empty) for v in argv]
     code, _, err = one_line(capsys, *argv)
-    assert code == 2 and err.count("\n") == 1 and message in err
+    assert code == 2 and err.count("\n") == 1 and message.format(empty=empty) in err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_file_of_no_records_is_refused_after_the_reader_s_warning(tmp_path, capsys):
+    a = write(tmp_path / "a.jsonl", env("r1"), row("W1", "r1"))
+    garbage = write(tmp_path / "garbage.jsonl", garbage=b"\x89PNG\x00\n\xff\xfe\n")
+    code, _, err = one_line(capsys, "merge", str(a), str(garbage), "-o", str(tmp_path / "out.jsonl"))
+    assert code == 2 and "Traceback" not in err and not (tmp_path / "out.jsonl").exists()
+    assert err.splitlines()[-1].endswith(f"results file '{garbage}' holds no records (2 malformed lines): not a file "
+                                         "`npuops run --out` wrote")
 
 
 def test_merge_results_raises_for_mismatches_without_the_cli(tmp_path):

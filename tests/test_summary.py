@@ -78,12 +78,14 @@ def test_summary_counts_ratios_and_reasons(results_path):
     eager = rms.regimes["eager"]
     assert eager.compared == 3 and not eager.by_kernels
     assert eager.geomean == pytest.approx((4.0 * 0.5 * 1.0) ** (1 / 3))
+    assert eager.leads == 2  # 4.0 and 1.0: a tie counts as ours leading
     assert eager.worst.workload == "W2" and eager.worst_ratio == pytest.approx(0.5)
     assert eager.sol_pct == pytest.approx((50.0 * 25.0 * 100.0) ** (1 / 3))  # 1 us at the limit over 2, 4, 1 us
     assert rms.regimes["graph"].geomean == pytest.approx(0.5)
     layer = lines[("norm", "LayerNormFwd")]
     assert (layer.covered, layer.workloads, layer.failed) == (1, 2, 1)
     assert layer.regimes["eager"].by_kernels and layer.regimes["eager"].geomean == pytest.approx(1.5)
+    assert layer.regimes["eager"].leads == 1
     assert layer.regimes["graph"].geomean is None
     norm = lines[("norm", None)]
     assert (norm.covered, norm.workloads, norm.ops) == (4, 6, 2)
@@ -91,6 +93,7 @@ def test_summary_counts_ratios_and_reasons(results_path):
     assert not norm.regimes["eager"].by_kernels
     assert norm.regimes["eager"].geomean == pytest.approx((4.0 * 0.5 * 1.0 * 2.5) ** (1 / 4))
     assert norm.regimes["eager"].worst.op == "RMSNormFwd"
+    assert (norm.regimes["eager"].leads, norm.regimes["graph"].leads) == (3, 0)
     assert (lines[("pool", None)].covered, lines[("pool", None)].workloads) == (0, 3)
     assert s.skipped == [(CUDA, 3, ["tilelang (ours)"]), (GRAPHS, 2, ["torch_compile", "torch_eager"])]
     assert [(r["status"], r["op"], r["impl"]) for r in s.problems] == [

@@ -9,11 +9,9 @@ measure again; the datasheet values stand in meanwhile.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
 import time
 import warnings
 from dataclasses import asdict
@@ -23,6 +21,7 @@ import torch
 
 from .data import reference_math
 from .devices import Device, Limits
+from .files import replaced
 from .timing import TimingOptions, measure
 
 CACHE_ENV = "NPUOPS_CACHE_DIR"
@@ -61,20 +60,9 @@ def _rate(value: object) -> float:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    """``text`` into ``path`` whole or not at all: written beside it, synced, renamed over it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with replaced(path) as (f,):
+        f.write(text.encode())
 
 
 def device_limits(device: Device) -> Limits | None:

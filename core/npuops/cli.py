@@ -318,12 +318,7 @@ def cmd_merge(args: argparse.Namespace, console: Console) -> int:
 
     from .merge import merge_results, write_results
 
-    inputs = []
-    for value in args.inputs:
-        path = _input_file("results file", value)
-        if not path.exists():
-            raise NpuopsError(f"results file {value!r} does not exist; name the files `npuops run --out` wrote")
-        inputs.append(path)
+    inputs = [_input_file("results file", value) for value in args.inputs]
     out = _output_path("--output", args.output, create_parents=False)
     merged = merge_results(inputs, force=args.force)
     for line in merged.notes:

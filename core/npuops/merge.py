@@ -6,8 +6,7 @@ hold a key, the row that finished latest (its ``finished`` time) is kept, as a r
 an older one in a file; a row without a readable time counts as oldest, and between equal times
 the file named later wins. Every env record is kept (once per run id). Files of different git
 revisions or calibrations (the env records' ``git`` and ``limits``) measure different things: they
-are refused unless forced. The output is written whole or not at all: to a temporary file beside
-it, synced, then renamed over it.
+are refused unless forced. The output is written whole or not at all (:mod:`npuops.files`).
 """
 
 from __future__ import annotations
@@ -16,15 +15,14 @@ import contextlib
 import gzip
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import NpuopsError
+from .files import replaced
 from .results import RowKey, read_results, row_key
 
 _OLDEST = datetime.min.replace(tzinfo=UTC)
@@ -67,15 +65,22 @@ def _differences(what: str, per_file: dict[str, set[str]]) -> str | None:
 
 def merge_results(paths: Sequence[str | Path], force: bool = False) -> Merged:
     """The rows and env records of ``paths`` merged (see the module's docstring). Malformed lines are
-    skipped with the reader's warning. Raises NpuopsError where the files' revisions or
-    calibrations differ, unless ``force``."""
+    skipped with the reader's warning. Raises NpuopsError for a file that is missing or holds no
+    record (nothing `npuops run` wrote), and where the files' revisions or calibrations differ,
+    unless ``force``."""
     merged = Merged()
     found: dict[RowKey, list[dict[str, Any]]] = {}  # every file's row of each key, in input order
     revisions: dict[str, set[str]] = {}
     calibrations: dict[str, set[str]] = {}
     shards: set[str] = set()
     for number, path in enumerate(paths, 1):
+        if not Path(path).exists():
+            raise NpuopsError(f"results file {str(path)!r} does not exist; name the files `npuops run --out` wrote")
         results = read_results(path)
+        if not results.env and not results.rows:
+            lines = results.skipped_lines
+            what = f"{lines} malformed line{'s' * (lines != 1)}" if lines else "it is empty"
+            raise NpuopsError(f"results file {str(path)!r} holds no records ({what}): not a file `npuops run --out` wrote")
         name = str(path) if str(path) not in revisions else f"{path} (input {number})"
         revisions[name] = {str(env.get("git") or "unknown") for env in results.env.values()}
         calibrations[name] = {_calibration(env.get("limits")) for env in results.env.values()}
@@ -124,26 +129,20 @@ def _missing_shards(shards: Iterable[str]) -> list[str]:
     return notes
 
 
+def write_records(f: BinaryIO, env: dict[str, dict[str, Any]], rows: Iterable[dict[str, Any]], compressed: bool) -> None:
+    """The env records, then the rows, as a results file into ``f``: gzip with no name and time in
+    its header where ``compressed`` (the bytes depend on the records alone, as ``gzip -9n``'s do)."""
+    with gzip.GzipFile(fileobj=f, mode="wb", mtime=0) if compressed else contextlib.nullcontext(f) as out:
+        for record in [*env.values(), *rows]:
+            out.write(json.dumps(record, sort_keys=True).encode() + b"\n")
+
+
 def write_results(path: str | Path, env: dict[str, dict[str, Any]], rows: Iterable[dict[str, Any]]) -> None:
-    """The env records, then the rows, as a results file at ``path`` (gzip if it ends with .gz),
-    written whole or not at all: into a temporary file beside it, synced, renamed over it."""
+    """:func:`write_records` as a results file at ``path`` (gzip if it ends with .gz), written whole
+    or not at all (:func:`npuops.files.replaced`)."""
     path = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with replaced(path) as (f,):
+            write_records(f, env, rows, compressed=path.suffix == ".gz")
     except OSError as exc:
         raise NpuopsError(f"{str(path)!r} cannot be written: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if path.suffix == ".gz" else contextlib.nullcontext(raw) as f:
-                for record in [*env.values(), *rows]:
-                    f.write(json.dumps(record, sort_keys=True).encode() + b"\n")
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise NpuopsError(f"{str(path)!r} cannot be written: {exc.strerror or exc}") from None
-        raise

@@ -39,6 +39,7 @@ class RegimeFigures:
     """One line's comparison in one regime."""
 
     compared: int = 0  # workloads where ours and an alternative ran
+    leads: int = 0  # of those, workloads where ours is at least as fast (ratio >= 1, by the geomean's timing)
     geomean: float | None = None
     worst: Entry | None = None
     worst_ratio: float | None = None
@@ -87,8 +88,8 @@ def _figures(entries: list[Entry]) -> RegimeFigures:
 
     worst = min(compared, key=ratio)
     sols = [e.metrics["sol_pct"] for e in entries if e.ours is not None and e.metrics.get("sol_pct")]
-    return RegimeFigures(len(compared), _geomean([ratio(e) for e in compared]), worst, ratio(worst), by_kernels,
-                         _geomean(sols) if sols else None)
+    return RegimeFigures(len(compared), sum(ratio(e) >= 1 for e in compared), _geomean([ratio(e) for e in compared]),
+                         worst, ratio(worst), by_kernels, _geomean(sols) if sols else None)
 
 
 def _line(family: str, op: str | None, entries: list[Entry], regimes: list[str]) -> Line:
