@@ -229,9 +229,9 @@ def dgrad_default(q: Grad) -> ConvLaunch:
     block_K = _block_K(q.dtype, p.og)
     block_N = _n_tile(p.cg)
     tiles = lambda bM, bN: -(-q.rows // bM) * -(-p.cg // bN) * g.groups * q.phases
-    if p.cg >= 256 and tiles(128, 256) >= H200_SMS:
-        block_M, block_N, stages = 128, 256, 3
-    elif tiles(128, block_N) >= H200_SMS:
+    # Never 128 x 256: the gathered operand's producer threads cap a thread at 128 registers, all
+    # of them that tile's accumulator (ptxas: ~770 bytes spilled, wgmma serialized).
+    if tiles(128, block_N) >= H200_SMS:
         block_M, stages = 128, 3
     else:
         block_M, stages = 64, 4
@@ -273,7 +273,8 @@ def wgrad_default(q: Grad) -> ConvLaunch:
     if p.og < MIN_GEMM or columns < MIN_GEMM:
         return wgrad_direct_launch(q)
     block_M = 64 if p.og <= 64 else 128
-    widest = 256 if block_M == 64 or p.og >= 256 else 128
+    # An accumulator of at most 64 fp32 a consumer thread: 128 x 256 spills (see dgrad_default).
+    widest = 256 if block_M == 64 else 128
     if p.cg % 64 == 0:  # the aligned form: an N tile inside one tap, whole-vector loads
         block_N = max(b for b in (256, 128, 64) if b <= widest and p.cg % b == 0)
     else:
@@ -318,7 +319,7 @@ def wgrad_variants(q: Grad) -> list[dict]:
                      dataclasses.replace(first, splits=no_empty_split(q.positions, max(1, first.splits // 2)))]
     else:
         bK = first.block_K
-        for bM, bN, threads in ((128, 128, 256), (64, 128, 128), (128, 256, 256), (64, 256, 256)):
+        for bM, bN, threads in ((128, 128, 256), (64, 128, 128), (64, 256, 256)):
             if bN <= 2 * _n_tile(q.problem.taps * q.problem.cg):
                 variants.append(_with_splits(q, bM, bN, bK, 3, threads))
         variants.append(_with_splits(q, first.block_M, first.block_N, bK, 3, first.threads,

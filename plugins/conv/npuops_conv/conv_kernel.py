@@ -151,6 +151,15 @@ class Problem:
         return self.geometry.batch * math.prod(self.geometry.out_size)
 
     @property
+    def input_is_a(self) -> bool:
+        """Whether the GEMM's A is the input itself ([rows, C_in]): a pointwise, stride-1, unpadded,
+        ungrouped convolution whose rows are whole 16-byte units, whose A tiles the kernel copies
+        whole (the bulk copy engine) instead of gathering them element by element."""
+        g = self.geometry
+        return (self.taps == 1 and g.groups == 1 and set(self.stride3) == {1} and set(self.pad3) == {0}
+                and self.out3 == self.in3 and g.in_channels * self.dtype.itemsize % VECTOR_BYTES == 0)
+
+    @property
     def rows_in(self) -> int:
         return self.geometry.batch * math.prod(self.geometry.in_size)
 
@@ -256,15 +265,20 @@ def no_empty_split(k_tiles: int, splits: int) -> int:
     return -(-k_tiles // -(-k_tiles // splits)) if splits > 1 else 1
 
 
-def gemm_variants(block_K: int, k_tiles: int, wide: bool, splittable: bool) -> list[ConvLaunch]:
+def gemm_variants(block_K: int, k_tiles: int, wide: bool, splittable: bool, copied_a: bool = False) -> list[ConvLaunch]:
     """The GEMM launches tuning tries beside a rule's for ``k_tiles`` K tiles of ``block_K``: three
-    tile shapes, 128 x 256 where the GEMM is ``wide`` (256+ columns), split-K into 2, 4 and 8 where
-    K is deep and the GEMM ``splittable`` (one group)."""
+    tile shapes, 64 x 256 where the GEMM is ``wide`` (256+ columns), split-K into 2, 4 and 8 where
+    K is deep and the GEMM ``splittable`` (one group). 128 x 256 only where A is ``copied_a``: a
+    gathered A takes as many producer threads as consumers, which caps a thread at 128 registers,
+    all of them the 128 x 256 accumulator's (ptxas: spills, wgmma serialized); the copied form's one
+    producer warp leaves its consumers 240."""
     stages, deep = max(1, min(3, k_tiles)), max(1, min(4, k_tiles))
     variants = [ConvLaunch("gemm", 64, 128, block_K, deep, 256, 1), ConvLaunch("gemm", 128, 128, block_K, stages, 256, 1),
                 ConvLaunch("gemm", 64, 64, block_K, deep, 128, 1)]
     if wide:
-        variants.append(ConvLaunch("gemm", 128, 256, block_K, stages, 256, 1))
+        variants.append(ConvLaunch("gemm", 64, 256, block_K, stages, 256, 1))
+        if copied_a:
+            variants.append(ConvLaunch("gemm", 128, 256, block_K, stages, 256, 1))
     if splittable and k_tiles >= SPLIT_K_VARIANT_MIN_TILES:
         for splits in dict.fromkeys(no_empty_split(k_tiles, s) for s in (2, 4, 8)):
             per_split = -(-k_tiles // splits)
@@ -282,7 +296,8 @@ def launch_variants(p: Problem) -> list[dict]:
             variants.append(ConvLaunch("gemm", 64, 32, gemm_block_K(p), 2, 128, 1))
     else:
         block_K, k_tiles = first.block_K, -(-p.k // first.block_K)
-        variants += gemm_variants(block_K, k_tiles, wide=p.og >= 256, splittable=p.geometry.groups == 1)
+        variants += gemm_variants(block_K, k_tiles, wide=p.og >= 256, splittable=p.geometry.groups == 1,
+                                   copied_a=p.input_is_a)
         if p.cg % 32 == 0 and block_K != 32 and p.dtype.itemsize == 2:  # the aligned form, narrower tiles
             variants.append(ConvLaunch("gemm", 64, 128, 32, max(1, min(4, -(-p.k // 32))), 256, 1))
         if p.k <= block_K and not p.fp8:  # one K tile (a stem's 3 channels x 9 taps): CUDA cores may do
@@ -564,12 +579,9 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     if split and groups != 1:
         raise ValueError("split-K takes ungrouped convolutions")
     reduce = ordered_sum(splits, M, C_out, lambda total, c, Bias, XS, WS: T.Cast(ot, _epilogue(p, total, c, Bias, XS, WS)))
-    # A pointwise, stride-1, unpadded, ungrouped convolution's A is the input itself ([rows, C_in]):
-    # tiles copied whole (the bulk copy engine, whose rows must be whole 16-byte units; rows and
-    # channels past the input's edge read as zeros) instead of gathered element by element. The 1x1
-    # rows ran 0.73-0.86x of cuDNN on the H100 with the gather.
-    rows_are_a = (p.taps == 1 and groups == 1 and set(p.stride3) == {1} and set(p.pad3) == {0}
-                  and p.out3 == p.in3 and g.in_channels * p.dtype.itemsize % VECTOR_BYTES == 0)
+    # Rows and channels past the input's edge read as zeros in a copied A tile. The 1x1 rows ran
+    # 0.73-0.86x of cuDNN on the H100 with the gather.
+    rows_are_a = p.input_is_a
 
     def _k_tile(bz, ko):
         """The K tile of pipeline step ``ko`` of the block in grid row ``bz``."""

@@ -165,3 +165,25 @@ def test_registry_loads_the_plugin_without_errors():
     assert not [e for e in registry.errors if e.plugin == "conv"]
     assert set(registry.plugins["conv"].ops) == set(OPS)
     assert {i.name for i in registry.impls_for("Conv2dFwd")} >= {"torch_eager", "torch_compile", "cudnn_channels_last"}
+
+
+def _gemm_launches():
+    from npuops_conv.conv_kernel import Problem
+
+    for op in npuops_ops():
+        for w in op.workloads:
+            if hasattr(op, "fused_relu") and not op.kernel_unsupported(w):  # a forward op: A may be the input
+                copied_a = Problem(op.geometry(w), w.dtype_of("input"), op.fused_relu).input_is_a
+            else:
+                copied_a = False
+            if not op.kernel_unsupported(w):
+                yield f"{op.name}/{w.id}", copied_a, op.tilelang_variants(w)
+
+
+def test_no_gathered_gemm_takes_a_128x256_tile():
+    """A gathered A operand takes as many producer threads as consumers, which caps a thread at 128
+    registers, all of them a 128 x 256 accumulator's: ptxas spills and serializes its wgmma. Neither
+    a rule nor a tuning variant offers that tile but where A is copied whole (one producer warp)."""
+    offending = [(key, v) for key, copied_a, variants in _gemm_launches() for v in variants
+                 if v["kernel"] != "direct" and (v["block_M"], v["block_N"]) == (128, 256) and not copied_a]
+    assert offending == []
