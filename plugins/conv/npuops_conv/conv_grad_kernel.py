@@ -279,9 +279,18 @@ def wgrad_default(q: Grad) -> ConvLaunch:
         block_N = max(b for b in (256, 128, 64) if b <= widest and p.cg % b == 0)
     else:
         block_N = _n_tile(columns) if columns <= 128 else 128
-    threads = 256 if block_M * block_N >= 64 * 128 else 128
     block_K = 128 // q.dtype.itemsize
-    return _with_splits(q, block_M, block_N, block_K, 3, threads)
+    launch = _with_splits(q, block_M, block_N, block_K, 3, _threads(block_M, block_N))
+    # Few weight tiles and positions too few to split further (a 7x7 map's 196, a 64-channel layer's
+    # weights): smaller tiles until a wave of blocks runs, 64 rows first, then narrower columns.
+    while launch.splits * _wgrad_tiles(q, launch.block_M, launch.block_N) < H200_SMS and launch.block_N > 32:
+        block_M, block_N = (64, launch.block_N) if launch.block_M > 64 else (64, launch.block_N // 2)
+        launch = _with_splits(q, block_M, block_N, block_K, 3, _threads(block_M, block_N))
+    return launch
+
+
+def _threads(block_M: int, block_N: int) -> int:
+    return 256 if block_M * block_N >= 64 * 128 else 128
 
 
 def _wgrad_tiles(q: Grad, block_M: int, block_N: int) -> int:
