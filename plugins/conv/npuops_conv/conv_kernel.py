@@ -298,6 +298,8 @@ def launch_variants(p: Problem) -> list[dict]:
         block_K, k_tiles = first.block_K, -(-p.k // first.block_K)
         variants += gemm_variants(block_K, k_tiles, wide=p.og >= 256, splittable=p.geometry.groups == 1,
                                    copied_a=p.input_is_a)
+        if _tiles(p, 64, 64) < H200_SMS:  # few output rows: narrower column tiles, more blocks
+            variants.append(ConvLaunch("gemm", 64, 32, block_K, max(1, min(4, k_tiles)), 128, 1))
         if p.cg % 32 == 0 and block_K != 32 and p.dtype.itemsize == 2:  # the aligned form, narrower tiles
             variants.append(ConvLaunch("gemm", 64, 128, 32, max(1, min(4, -(-p.k // 32))), 256, 1))
         if p.k <= block_K and not p.fp8:  # one K tile (a stem's 3 channels x 9 taps): CUDA cores may do
