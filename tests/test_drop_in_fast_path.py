@@ -70,6 +70,25 @@ def test_a_call_the_kernel_cannot_take_runs_the_front(launches):
     assert functional.coverage()["rms_norm"]["why"] == {"non-contiguous or misaligned input": 1}
 
 
+def test_a_front_by_layout_keeps_a_fast_call_per_layout(launches):
+    """A front whose canonical form depends on its tensors' layouts (``by_layout``): tensors of one
+    shape but other strides (here both contiguous: a size-1 dim's stride differs) run the front
+    again; each layout's later calls take their own fast call."""
+    fronts = []
+
+    @functional.drop_in(by_layout=True)
+    def front(x, weight):
+        fronts.append(x.stride())
+        return npuops_norm.functional._rms_norm(x, weight, 1e-6)
+
+    w, x = torch.randn(8), torch.randn(4, 1, 8)
+    other = torch.empty_strided(x.shape, (8, 1, 1)).copy_(x)
+    for _ in range(2):
+        for t in (x, other):
+            torch.testing.assert_close(front(t, w), F.rms_norm(t, (8,), w, 1e-6))
+    assert fronts == [x.stride(), other.stride()] and launches == ["rms_norm"] * 4
+
+
 def test_values_equal_in_python_but_not_to_torch_do_not_share_an_entry(launches):
     x = torch.randn(1, 2, 8, 8)
     npuops_pool.max_pool2d(x, (2, 2))

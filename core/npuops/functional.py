@@ -675,13 +675,18 @@ def forget_fast_paths() -> None:
         calls.clear()
 
 
-def drop_in(front: Callable[..., Any]) -> Callable[..., Any]:
+def drop_in(front: Callable[..., Any] | None = None, *, by_layout: bool = False) -> Callable[..., Any]:
     """Decorate ``front``, a function with torch's signature that puts a call into the canonical
     form of a :class:`DropIn` and calls it, with an eager fast path: a call whose argument
     signature (tensor shapes, dtypes and devices; every other value) was seen before, and whose
     first call launched our kernel on the front's own tensors and returned its result as it was,
     launches that kernel at once, with none of the front's work or the DropIn's (model code calls
-    one signature many times). Every other call runs ``front`` as written."""
+    one signature many times). Every other call runs ``front`` as written. ``by_layout``
+    (``@drop_in(by_layout=True)``): the front's canonical form depends on its tensors' memory
+    layouts too (a convolution returns the layout torch's returns for them), so their strides join
+    the signature."""
+    if front is None:
+        return functools.partial(drop_in, by_layout=by_layout)
     fast_calls: dict[tuple, Callable[[tuple], Any]] = {}
     _fast_paths.append(fast_calls)
 
@@ -690,16 +695,17 @@ def drop_in(front: Callable[..., Any]) -> Callable[..., Any]:
         if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
             return front(*args, **kwargs)
         values = (*args, *kwargs.values()) if kwargs else args
-        # The key: tensors by shape, dtype and device; other values with their type, so that True
-        # is not 1 and a tuple holding a bool or a float (which torch refuses as int[]) not one of
-        # ints.
+        # The key: tensors by shape, dtype and device (and strides, by_layout); other values with
+        # their type, so that True is not 1 and a tuple holding a bool or a float (which torch
+        # refuses as int[]) not one of ints.
         grad, key = torch.is_grad_enabled(), [tuple(kwargs)] if kwargs else []
         for value in values:
             kind = type(value)
             if kind in _PLAIN:
                 if grad and value.requires_grad:
                     return front(*args, **kwargs)
-                key.append((value.shape, value.dtype, value.device))
+                key.append((value.shape, value.dtype, value.device, value.stride()) if by_layout
+                           else (value.shape, value.dtype, value.device))
             elif kind is tuple:
                 key.append((value, tuple(map(type, value))))
             else:
