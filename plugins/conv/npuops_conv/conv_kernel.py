@@ -3,13 +3,15 @@
 same GEMM with its K range split over several blocks and a deterministic second pass; and
 ``"direct"``, a CUDA-core direct convolution for depthwise and thin grouped convolutions.
 
-Layouts are channels-last throughout: input ``[N, *in_size, C_in]`` (NLC / NHWC / NDHWC), weight
-``[C_out, *kernel, C_in/groups]`` (the reduction dim K contiguous), output ``[N, *out_size, C_out]``;
-bias ``[C_out]``. The kernels view them flat: input ``[N*prod(in_size), C_in]``, weight
-``[C_out, K]``, output ``[M, C_out]``. Every rank is computed as 3-d (leading spatial dims of 1,
-which the index arithmetic folds away), so 1-d/2-d/3-d, stride, asymmetric padding (``pad_before``
-/ ``pad_after``; a causal conv pads before only), dilation and groups are index arithmetic in one
-template, never copies of it.
+Layouts are channels-last: input ``[N, *in_size, C_in]`` (NLC / NHWC / NDHWC), weight
+``[C_out, *kernel, C_in/groups]`` (the reduction dim K contiguous), output ``[N, *out_size, C_out]``
+or, asked for (``output_layout`` CHANNELS_FIRST: what torch returns for NC[D]HW-contiguous
+tensors), ``[N, C_out, *out_size]``; bias ``[C_out]``. The kernels view them flat: input
+``[N*prod(in_size), C_in]``, weight ``[C_out, K]``, output ``[M, C_out]`` (channels first:
+``[N, C_out, P]`` with ``P = prod(out_size)``, row m's outputs at ``[m // P, :, m % P]``). Every
+rank is computed as 3-d (leading spatial dims of 1, which the index arithmetic folds away), so
+1-d/2-d/3-d, stride, asymmetric padding (``pad_before`` / ``pad_after``; a causal conv pads before
+only), dilation and groups are index arithmetic in one template, never copies of it.
 
 Implicit GEMM, per group ``g``: ``M = N * prod(out_size)`` rows (output positions),
 ``N_gemm = C_out / groups`` columns, ``K = taps * Cg`` with ``Cg = C_in / groups`` and the
@@ -25,14 +27,17 @@ multiple of ``block_K`` (the "aligned" form) a K tile lies in one tap: the tap a
 channel are per-tile scalars and the tile's channels are contiguous, so its loads are whole rows
 with one bounds predicate each; otherwise (the "flat" form: Cg = 1, 3, 80...) each element decodes
 its own ``(tap, c)``. The epilogue scales (fp8), adds the bias, applies ReLU, casts to the output
-dtype in a shared tile and writes the rows and columns inside the output.
+dtype in a shared tile and writes the rows and columns inside the output: along the channels, or,
+channels first, along the rows (consecutive positions of a channel, consecutive addresses), the
+tile's rows padded so that those reads down its columns do not conflict in the banks.
 
 Split-K (deep K, few output tiles, e.g. C_in = 2048 with 3x3: K = 18432, M = 1024): the grid's
 third dim is ``groups * splits``; split ``s`` runs K tiles ``[s*T, (s+1)*T)`` and writes its fp32
 partial tile to a workspace ``[splits, M, C_out]`` (an output of the kernel the op does not
 return). A second kernel in the same prim_func (launched after the first, on the same stream) sums
 the ``splits`` partials of each output in index order 0..splits-1, then applies the epilogue: the
-result does not depend on which block finishes first, and no atomics are used.
+result does not depend on which block finishes first, and no atomics are used. The workspace is
+channels last in either output layout; a channels-first output is written as the GEMM's is.
 
 Direct kernel (memory bound: depthwise, ``groups == C_in``; and grouped convs with fewer than 16
 output channels per group, where a GEMM tile would be mostly padding): a block of ``block_M``
@@ -54,6 +59,7 @@ from dataclasses import dataclass
 import torch
 from npuops import H200_SMS, VECTOR_BYTES, KernelKey, KernelSpec, tilelang_dtype
 
+from .layouts import CHANNELS_LAST
 from .ops._geometry import ConvGeometry
 
 F32 = "float32"
@@ -89,13 +95,48 @@ class ConvLaunch:
 
 
 @dataclass(frozen=True)
+class ChannelsFirst:
+    """A channels-first output ``Y [N, C_out, positions]`` (NC[D]HW-contiguous) of GEMM rows
+    ``m = n * positions + position``: output (m, c) at ``Y[m // positions, c, m % positions]``. A
+    block stages its outputs (rows x channels, as it computed them) in shared memory, then stores
+    them with consecutive threads on consecutive rows: consecutive addresses of one channel."""
+
+    positions: int
+    dtype: torch.dtype
+
+    def columns(self, channels: int) -> int:
+        """Columns of the staging tile of ``channels`` outputs a row: a 4-byte word more, so that
+        the store's reads down a column (a row a thread) fall in distinct banks, not all in one."""
+        return channels + 4 // self.dtype.itemsize
+
+    def store(self, rows: int, channels: int):
+        """A macro ``store(tile, Y, row0, col0, row_count, col_count, first_col)``: the ``rows`` x
+        ``channels`` outputs staged in ``tile``, (i, j) being row ``row0 + i`` and channel
+        ``first_col + col0 + j``, into ``Y``; rows from ``row_count`` on and ``col0 + j`` from
+        ``col_count`` on left out."""
+        import tilelang.language as T
+
+        positions = self.positions
+
+        @T.macro
+        def store(tile, Y, row0, col0, row_count, col_count, first_col):
+            for j, i in T.Parallel(channels, rows):
+                if row0 + i < row_count and col0 + j < col_count:
+                    Y[(row0 + i) // positions, first_col + col0 + j, (row0 + i) % positions] = tile[i, j]
+
+        return store
+
+
+@dataclass(frozen=True)
 class Problem:
     """A forward convolution in the kernels' terms: every size 3-d (leading 1s / 0s for lower
-    ranks), the GEMM view's sizes, the dtypes and the epilogue."""
+    ranks), the GEMM view's sizes, the dtypes, the epilogue and the output's layout (``CHANNELS_LAST``
+    or ``CHANNELS_FIRST``, see :func:`conv_kernel`)."""
 
     geometry: ConvGeometry
     dtype: torch.dtype
     relu: bool = False
+    output_layout: str = CHANNELS_LAST
 
     @property
     def rank(self) -> int:
@@ -174,6 +215,13 @@ class Problem:
     @property
     def bias(self) -> bool:
         return self.geometry.bias and not self.fp8
+
+    @property
+    def channels_first(self) -> ChannelsFirst | None:
+        """How the kernels write a channels-first output; None for a channels-last one."""
+        if self.output_layout == CHANNELS_LAST:
+            return None
+        return ChannelsFirst(math.prod(self.geometry.out_size), self.out_dtype)
 
 
 def unsupported(geometry: ConvGeometry, dtype: torch.dtype) -> str | None:
@@ -317,7 +365,7 @@ def launch_variants(p: Problem) -> list[dict]:
 # -- the builder -----------------------------------------------------------------------------------
 
 def conv_kernel(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, kernel: str | None = None,
-                portable: bool = False, **launch) -> KernelSpec:
+                portable: bool = False, output_layout: str = CHANNELS_LAST, **launch) -> KernelSpec:
     """The kernel for a forward convolution of ``geometry`` on ``dtype`` inputs (``relu``: fuse a
     ReLU after the bias): the chosen launch's (:func:`chosen_launch`), or the one the launch config
     (a dict of :class:`ConvLaunch` fields, as :func:`launch_variants` gives) names. ``portable``:
@@ -325,16 +373,18 @@ def conv_kernel(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, 
 
     Parameters, in order (see :func:`_params`): ``input`` [rows_in, C_in] (N x the input's
     positions), ``weight`` [C_out, K], then ``bias`` [C_out] (when the geometry has one),
-    ``x_scale`` and ``w_scale`` [1] (fp8), ``output`` [rows, C_out] (returned as [N, *out_size,
-    C_out]) and, for split-K, ``workspace`` [splits, rows, C_out] fp32 (allocated per call, not
-    returned). Channels-last tensors of the natural shapes fit as they are."""
+    ``x_scale`` and ``w_scale`` [1] (fp8), ``output`` and, for split-K, ``workspace`` [splits,
+    rows, C_out] fp32 (allocated per call, not returned). Channels-last tensors of the natural
+    shapes fit as they are. ``output_layout``: ``CHANNELS_LAST``, the output [rows, C_out]
+    returned as [N, *out_size, C_out]; or ``CHANNELS_FIRST``, [N, C_out, prod(out_size)] returned as
+    [N, C_out, *out_size] (NC[D]HW-contiguous, written so by the epilogue: no transposing pass)."""
     problem = unsupported(geometry, dtype)
     if problem:
         raise ValueError(problem)
     config = chosen_launch(Problem(geometry, dtype, relu)) if kernel is None else ConvLaunch(kernel, **launch)
     # The batch comes at launch: the kernel is built from the geometry without it, so that one
     # build serves every batch size (of its launch config: see kernel_key).
-    p = Problem(unbatched(geometry), dtype, relu)
+    p = Problem(unbatched(geometry), dtype, relu, output_layout)
     if config.kernel == "direct":
         if p.fp8:
             raise ValueError("the direct kernel does not take fp8 inputs")
@@ -349,12 +399,13 @@ def unbatched(geometry: ConvGeometry) -> ConvGeometry:
     return dataclasses.replace(geometry, batch=0)
 
 
-def kernel_key(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, **launch) -> KernelKey:
-    """What one build of :func:`conv_kernel` serves: every batch size of the geometry. Its launch
-    (the chosen one, which depends on the batch's output tiles) is the key's launch class: any of
-    them computes any batch size, so one stands in while another builds."""
+def kernel_key(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, output_layout: str = CHANNELS_LAST,
+               **launch) -> KernelKey:
+    """What one build of :func:`conv_kernel` serves: every batch size of the geometry, in one output
+    layout. Its launch (the chosen one, which depends on the batch's output tiles) is the key's
+    launch class: any of them computes any batch size, so one stands in while another builds."""
     config = chosen_launch(Problem(geometry, dtype, relu)) if not launch else ConvLaunch(**launch)
-    return KernelKey((unbatched(geometry), dtype, relu), tuple(sorted(config.as_dict().items())))
+    return KernelKey((unbatched(geometry), dtype, relu, output_layout), tuple(sorted(config.as_dict().items())))
 
 
 def _params(p: Problem, config: ConvLaunch) -> tuple:
@@ -366,7 +417,8 @@ def _params(p: Problem, config: ConvLaunch) -> tuple:
         params.append(("bias", (g.out_channels,)))
     if p.fp8:
         params += [("x_scale", (1,)), ("w_scale", (1,))]
-    params.append(("output", ("rows", g.out_channels)))
+    params.append(("output", ("batch", g.out_channels, math.prod(g.out_size)) if p.channels_first
+                   else ("rows", g.out_channels)))
     outputs = {"output": p.out_dtype}
     if config.kernel == "split_k":
         params.append(("workspace", (config.splits, "rows", g.out_channels)))
@@ -383,8 +435,9 @@ def _spec(p: Problem, config: ConvLaunch, prim_func, extra: dict) -> KernelSpec:
         batch = sizes["rows_in"] // positions_in
         return {"batch": batch, "rows": batch * positions_out}
 
-    return KernelSpec(prim_func, params, outputs, (("output", ("batch", *g.out_size, g.out_channels)),),
-                      {**config.as_dict(), **extra}, derived=batch_sizes)
+    returned = ("batch", g.out_channels, *g.out_size) if p.channels_first else ("batch", *g.out_size, g.out_channels)
+    return KernelSpec(prim_func, params, outputs, (("output", returned),),
+                      {**config.as_dict(), "output_layout": p.output_layout, **extra}, derived=batch_sizes)
 
 
 def _position(p: Problem, m):
@@ -464,16 +517,17 @@ def _epilogue(p: Problem, value, column, Bias, XS, WS):
     return value
 
 
-def ordered_sum(splits: int, rows, cols: int, finish):
+def ordered_sum(splits: int, rows, cols: int, finish, channels_first: ChannelsFirst | None = None):
     """The second kernel of a split-K GEMM, as a macro ``reduce(Work, Out, *extra)`` of three
     ``extra`` buffers (or None): the ``splits`` fp32 partials in ``Work[splits, rows, cols]`` of each
     output summed in index order (the same bits every run: no atomics, no order left to the
     scheduler), then ``Out[row, col] = finish(total, col, *extra)`` (the epilogue: its cast, bias,
-    scales)."""
+    scales), or where ``channels_first`` the output (row, col) of its ``Out [N, cols, positions]``."""
     import tilelang.language as T
 
     r_cols = min(128, 1 << max(2, (cols - 1).bit_length()))  # whole 16-byte fp32 vectors along a row
     r_rows = max(1, REDUCE_ELEMENTS // r_cols)
+    store = channels_first.store(r_rows, r_cols) if channels_first else None
 
     @T.macro
     def reduce(Work, Out, A, B, C):
@@ -486,9 +540,15 @@ def ordered_sum(splits: int, rows, cols: int, finish):
                     total[i, j] += T.if_then_else(
                         cy * r_rows + i < rows and cx * r_cols + j < cols,
                         Work[s, T.min(cy * r_rows + i, rows - 1), T.min(cx * r_cols + j, cols - 1)], T.float32(0))
-            for i, j in T.Parallel(r_rows, r_cols):
-                if cy * r_rows + i < rows and cx * r_cols + j < cols:
-                    Out[cy * r_rows + i, cx * r_cols + j] = finish(total[i, j], cx * r_cols + j, A, B, C)
+            if channels_first is not None:
+                staged = T.alloc_shared((r_rows, channels_first.columns(r_cols)), tilelang_dtype(channels_first.dtype))
+                for i, j in T.Parallel(r_rows, r_cols):
+                    staged[i, j] = finish(total[i, j], T.min(cx * r_cols + j, cols - 1), A, B, C)
+                store(staged, Out, cy * r_rows, cx * r_cols, rows, cols, 0)
+            else:
+                for i, j in T.Parallel(r_rows, r_cols):
+                    if cy * r_rows + i < rows and cx * r_cols + j < cols:
+                        Out[cy * r_rows + i, cx * r_cols + j] = finish(total[i, j], cx * r_cols + j, A, B, C)
 
     return reduce
 
@@ -571,7 +631,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     dt, ot = tilelang_dtype(p.dtype), tilelang_dtype(p.out_dtype)
     bM, bN, bK, stages, threads, splits = (config.block_M, config.block_N, config.block_K, config.num_stages,
                                            config.threads, config.splits)
-    sizes = _launch_sizes()
+    sizes = _launch_sizes(p)
     M, K, Cg, Og, C_out, groups = sizes["rows"], p.k, p.cg, p.og, g.out_channels, g.groups
     aligned = Cg % bK == 0
     k_tiles = -(-K // bK)
@@ -580,7 +640,15 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     tail = split and per_split * splits > k_tiles
     if split and groups != 1:
         raise ValueError("split-K takes ungrouped convolutions")
-    reduce = ordered_sum(splits, M, C_out, lambda total, c, Bias, XS, WS: T.Cast(ot, _epilogue(p, total, c, Bias, XS, WS)))
+
+    def finish(total, c, Bias, XS, WS):
+        return T.Cast(ot, _epilogue(p, total, c, Bias, XS, WS))
+
+    channels_first = p.channels_first
+    reduce = ordered_sum(splits, M, C_out, finish, channels_first)
+    # Split-K blocks stage fp32 partials for the channels-last workspace; the others, the output.
+    staged_columns = channels_first.columns(bN) if channels_first and not split else bN
+    store = channels_first.store(bM, bN) if channels_first else None
     # Rows and channels past the input's edge read as zeros in a copied A tile. The 1x1 rows ran
     # 0.73-0.86x of cuDNN on the H100 with the gather.
     rows_are_a = p.input_is_a
@@ -601,7 +669,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
             A_s = tile((bM, bK), dt)
             B_s = tile((bN, bK), dt)
             acc = T.alloc_fragment((bM, bN), F32)
-            C_s = tile((bM, bN), F32 if split else ot)
+            C_s = tile((bM, staged_columns), F32 if split else ot)
             zero(acc)
             for ko in T.Pipelined(per_split, num_stages=stages):
                 if rows_are_a:
@@ -623,9 +691,12 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
                 for i, j in T.Parallel(bM, bN):
                     C_s[i, j] = T.Cast(ot, _epilogue(p, acc[i, j], _group(bz) * Og + T.min(bx * bN + j, Og - 1),
                                                      Bias, XS, WS))
-                for i, j in T.Parallel(bM, bN):
-                    if by * bM + i < M and bx * bN + j < Og:
-                        Y[by * bM + i, _group(bz) * Og + bx * bN + j] = C_s[i, j]
+                if channels_first is not None:
+                    store(C_s, Y, by * bM, bx * bN, M, Og, _group(bz) * Og)
+                else:
+                    for i, j in T.Parallel(bM, bN):
+                        if by * bM + i < M and bx * bN + j < Og:
+                            Y[by * bM + i, _group(bz) * Og + bx * bN + j] = C_s[i, j]
         if split:
             reduce(Work, Y, Bias, XS, WS)
 
@@ -641,8 +712,10 @@ def direct_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
     g = p.geometry
     ot = tilelang_dtype(p.out_dtype)
     bM, bN, threads = config.block_M, config.block_N, config.threads
-    sizes = _launch_sizes()
+    sizes = _launch_sizes(p)
     M, Cg, Og, C_out, taps = sizes["rows"], p.cg, p.og, g.out_channels, p.taps
+    channels_first = p.channels_first
+    store = channels_first.store(bM, bN) if channels_first else None
 
     @T.macro
     def body(X, Wt, Bias, XS, WS, Y, Work):
@@ -657,17 +730,28 @@ def direct_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
                         inside, row = _source(p, by * bM + i, tap, M)
                         x = T.if_then_else(inside, X[row, co // Og * Cg + c], 0)
                         acc[i, j] += T.Cast(F32, x) * T.Cast(F32, Wt[co, tap * Cg + c])
-            for i, j in T.Parallel(bM, bN):
-                if by * bM + i < M and bx * bN + j < C_out:
-                    Y[by * bM + i, bx * bN + j] = T.Cast(ot, _epilogue(p, acc[i, j], bx * bN + j, Bias, XS, WS))
+            if channels_first is not None:
+                staged = T.alloc_shared((bM, channels_first.columns(bN)), ot)
+                for i, j in T.Parallel(bM, bN):
+                    staged[i, j] = T.Cast(ot, _epilogue(p, acc[i, j], T.min(bx * bN + j, C_out - 1), Bias, XS, WS))
+                store(staged, Y, by * bM, bx * bN, M, C_out, 0)
+            else:
+                for i, j in T.Parallel(bM, bN):
+                    if by * bM + i < M and bx * bN + j < C_out:
+                        Y[by * bM + i, bx * bN + j] = T.Cast(ot, _epilogue(p, acc[i, j], bx * bN + j, Bias, XS, WS))
 
     return _spec(p, config, _prim_func(p, config, body, sizes), {})
 
 
-def _launch_sizes() -> dict:
-    """The kernels' sizes given at launch, as TIR variables (int32: see :func:`unsupported`)."""
+def _launch_sizes(p: Problem) -> dict:
+    """The kernels' sizes given at launch, as TIR variables (int32: see :func:`unsupported`):
+    "rows_in" and "rows" (see :func:`_params`); a channels-first output's batch, whose "rows" are
+    ``batch * positions``."""
     import tilelang.language as T
 
+    if p.channels_first:
+        batch = T.dynamic("batch", "int32")
+        return {"rows_in": T.dynamic("rows_in", "int32"), "batch": batch, "rows": batch * p.channels_first.positions}
     return {name: T.dynamic(name, "int32") for name in ("rows_in", "rows")}
 
 

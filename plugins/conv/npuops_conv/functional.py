@@ -11,13 +11,15 @@ A front puts a call into its op's canonical form (batched input, one int per spa
 padding) and calls the op's function, one per op and bias or none (``torch.ops.npuops_conv.*``);
 what the op cannot express (integer or float64 inputs, a weight of the wrong shape) goes to torch's
 function, which computes or raises as it does. Our kernels compute channels last ([N, *spatial, C]
-rows; see :func:`npuops_conv.layouts.channels_last_kernel`) and return the NC[D]HW view of the
-channels-last result. They take channels-last inputs (``torch.channels_last``,
-``channels_last_3d``; for conv1d, NLC storage such as ``x.transpose(1, 2)`` of a [N, L, C] tensor)
-as they are, with no conversion, and return what torch's function returns for them (a
-channels-last output; conv1d's NLC, which torch, having no 3-d format, returns NCL-contiguous).
-NC[D]HW-contiguous inputs are converted each call (the weight once, while it is unchanged). Inputs
-in neither layout run torch's function.
+rows; see :func:`npuops_conv.layouts.channels_last_kernel`). They take channels-last inputs
+(``torch.channels_last``, ``channels_last_3d``; for conv1d, NLC storage such as
+``x.transpose(1, 2)`` of a [N, L, C] tensor) as they are, with no conversion; NC[D]HW-contiguous
+inputs are converted each call (the weight once, while it is unchanged). Inputs in neither layout
+run torch's function. The forward functions return the layout torch's returns for the call
+(:func:`npuops_conv.layouts.torch_output_layout`: channels last where the input or the weight is;
+conv1d's NLC where its weight is), which the front passes as the op function's ``output_layout``:
+the NC[D]HW view of the kernel's channels-last output, or an NC[D]HW-contiguous output the kernel
+writes itself. ``conv_transpose2d``'s kernel writes channels last only.
 
 Gradients: ``conv2d``'s and ``conv_transpose2d``'s backward runs our gradient ops as functions
 (Conv2dDgrad, Conv2dWgrad; Conv2dFwd for a transposed conv's input), computing only the gradients
@@ -33,22 +35,31 @@ import torch
 import torch.nn.functional as F
 from npuops import OpFunction, batched, define_function, drop_in, int_tuple, torch_call, unbatched
 
-from .layouts import accepts, channels_last
+from .layouts import CHANNELS_LAST, accepts, channels_last, torch_output_layout
 
 _TORCH_CONVS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
-_INTS = ("groups", "C_out", "kH", "kW")  # params that are one int (the others: int[dims])
+_INTS = ("groups", "C_out", "kH", "kW")  # params that are one int (the others: see _declared)
+
+
+def _declared(param: str, default: Any, dims: int) -> str:
+    """``param`` in the custom op's schema: one int, the output layout (a str), or int[dims]."""
+    if param in _INTS:
+        return f"int {param}={default}"
+    if param == "output_layout":
+        return f'str {param}="{default}"'
+    return f"int[{dims}] {param}={default}"
 
 
 def _function(name: str, op: str, dims: int, inputs: tuple[str, ...], params: tuple[str, ...], *,
               bias: bool | None, outputs: int = 1, fallback=None, backward=None, shape_only: tuple[str, ...] = ()):
     """The op ``op`` as a function of the tensors ``inputs`` (the first fills the workload's
-    ``input``) and then ``params`` in order (``_INTS`` one int each, the others int[dims]), with
-    ``outputs`` tensors; ``bias``: the workload's bias param (None: the op has none)."""
-    params = tuple((p, 0 if "padding" in p else 1) for p in params)
-    signature = ", ".join([*(f"Tensor {t}" for t in inputs),
-                           *(f"int {p}={d}" if p in _INTS else f"int[{dims}] {p}={d}" for p, d in params)])
+    ``input``) and then ``params`` in order (``_INTS`` one int each, ``output_layout`` the layout
+    our kernel writes the output in, the others int[dims]), with ``outputs`` tensors; ``bias``: the
+    workload's bias param (None: the op has none)."""
+    params = tuple((p, CHANNELS_LAST if p == "output_layout" else 0 if "padding" in p else 1) for p in params)
+    signature = ", ".join([*(f"Tensor {t}" for t in inputs), *(_declared(p, d, dims) for p, d in params)])
     returned = "Tensor" if outputs == 1 else f"({', '.join(['Tensor'] * outputs)})"
     return define_function(OpFunction("npuops_conv", name, op, f"({signature}) -> {returned}", inputs, params,
                                       shape_name="input", returns=tuple(range(outputs)),
@@ -60,9 +71,10 @@ def _op(name: str, op: str, dims: int, *, bias: bool | None, tensors: tuple[str,
         fallback=None, params: tuple[str, ...] | None = None, backward=None):
     """The op ``op`` as a function of its canonical arguments: ``input``, ``weight``, ``tensors``
     (fp8 scales), ``bias`` when given (None: the op has no bias); then ``params`` in order, each
-    int[dims] but ``groups`` (default: stride, padding unless not ``padding``, dilation, groups)."""
+    int[dims] but ``groups`` (default: a forward convolution's stride, padding unless not
+    ``padding``, dilation, groups and output_layout, which its front sets to torch's)."""
     inputs = ("input", "weight", *tensors, *(("bias",) if bias else ()))
-    names = params or ("stride", *(("padding",) if padding else ()), "dilation", "groups")
+    names = params or ("stride", *(("padding",) if padding else ()), "dilation", "groups", "output_layout")
     return _function(name, op, dims, inputs, names, bias=bias, fallback=fallback, backward=backward)
 
 
@@ -140,7 +152,8 @@ def _conv_transpose2d_backward(inputs, params, outputs, grads, needs):
         "stride", "padding", "output_padding", "dilation", "groups"))
     if any(p >= s for p, s in zip(output_padding, stride)):  # not the adjoint of a conv: torch's derivative
         return None
-    grad_input = _CONVS[2, False](grad_out, weight, stride, padding, dilation, groups) if needs[0] else None
+    grad_input = _CONVS[2, False](grad_out, weight, stride, padding, dilation, groups,
+                                  torch_output_layout(grad_out, weight)) if needs[0] else None
     has_bias = len(needs) == 3
     grad_weight, grad_bias = _weight_grads(grad_out, _laid_out(x), weight, stride, padding, dilation, groups,
                                            needs[1], False)
@@ -152,7 +165,8 @@ def _conv_transpose2d_backward(inputs, params, outputs, grads, needs):
 def _torch_conv(dims: int):
     conv = _TORCH_CONVS[dims]
 
-    def fallback(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    # output_layout: what our kernel would write; torch's function returns its own (the same)
+    def fallback(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, output_layout=CHANNELS_LAST):
         return conv(input, weight, bias, stride, padding, dilation, groups)
 
     return fallback
@@ -200,23 +214,25 @@ def _conv(dims: int, input, weight, bias, stride, padding, dilation, groups):
                           dilation, groups)
     x, added = with_batch
     tensors = (x, weight) if bias is None else (x, weight, bias)
-    return unbatched(fn(*tensors, step, pad, dilated, groups), added)
+    return unbatched(fn(*tensors, step, pad, dilated, groups, torch_output_layout(x, weight)), added)
 
 
 # -- the drop-ins ---------------------------------------------------------------------------------
-@drop_in
+# The forward convolutions' fronts return the layout torch's function returns for their tensors'
+# (torch_output_layout), so that layout joins their fast path's signature (by_layout).
+@drop_in(by_layout=True)
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """``torch.nn.functional.conv1d``."""
     return _conv(1, input, weight, bias, stride, padding, dilation, groups)
 
 
-@drop_in
+@drop_in(by_layout=True)
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """``torch.nn.functional.conv2d``."""
     return _conv(2, input, weight, bias, stride, padding, dilation, groups)
 
 
-@drop_in
+@drop_in(by_layout=True)
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """``torch.nn.functional.conv3d``."""
     return _conv(3, input, weight, bias, stride, padding, dilation, groups)
@@ -240,27 +256,29 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
 
 
 # -- the ops torch has no function for ------------------------------------------------------------
-@drop_in
+@drop_in(by_layout=True)
 def conv1d_causal(input, weight, bias=None, stride=1, dilation=1, groups=1):
     """Causal 1-d convolution: ``F.conv1d(F.pad(input, ((kW-1)*dilation, 0)), weight, bias, stride,
     0, dilation, groups)``: output t sees inputs up to t*stride only (``Conv1dCausal``)."""
     tensors = (input, weight) if bias is None else (input, weight, bias)
     return _CAUSAL[bias is not None](*tensors, int_tuple(stride, 1) or stride, int_tuple(dilation, 1) or dilation,
-                                     groups)
+                                     groups, torch_output_layout(input, weight))
 
 
-@drop_in
+@drop_in(by_layout=True)
 def conv2d_bias_relu(input, weight, bias, stride=1, padding=0, dilation=1, groups=1):
     """``relu(F.conv2d(input, weight, bias, ...))`` with the bias and ReLU in the kernel's epilogue."""
-    return _BIAS_RELU(input, weight, bias, *(int_tuple(v, 2) or v for v in (stride, padding, dilation)), groups)
+    return _BIAS_RELU(input, weight, bias, *(int_tuple(v, 2) or v for v in (stride, padding, dilation)), groups,
+                      torch_output_layout(input, weight))
 
 
-@drop_in
+@drop_in(by_layout=True)
 def conv2d_fp8(input, weight, x_scale, w_scale, stride=1, padding=0, dilation=1, groups=1):
     """``conv2d(input * x_scale, weight * w_scale)`` in bf16 of float8_e4m3fn ``input`` and ``weight``
     with 0-dim float32 scales, accumulated in fp32 (torch has no fp8 convolution: its formulation
     dequantizes to bf16 first)."""
-    return _FP8(input, weight, x_scale, w_scale, *(int_tuple(v, 2) or v for v in (stride, padding, dilation)), groups)
+    return _FP8(input, weight, x_scale, w_scale, *(int_tuple(v, 2) or v for v in (stride, padding, dilation)), groups,
+                torch_output_layout(input, weight))
 
 
 __all__ = ["conv1d", "conv1d_causal", "conv2d", "conv2d_bias_relu", "conv2d_fp8", "conv3d", "conv_transpose2d"]

@@ -4,7 +4,8 @@ A channels-last model keeps its activations and weights in that layout throughou
 converts, so an implementation that wants channels-last data gets copies of the op's NC[D]HW
 inputs made outside the timed calls (:class:`ChannelsLastCache`), as a model would have them.
 Tensors already channels last (:func:`channels_inner`: what such a model passes) are read as they
-are, never copied.
+are, never copied. Our forward kernels write their output in either layout (CHANNELS_LAST,
+CHANNELS_FIRST); :func:`torch_output_layout` says which torch's convolution returns.
 """
 
 from __future__ import annotations
@@ -14,6 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+# The layouts our forward kernels write their output in (the NC[D]HW view of either): channels last,
+# [N, *spatial, C] rows (what cuDNN's channels-last convolutions write), or channels first,
+# NC[D]HW-contiguous (what torch's convolutions return for NC[D]HW-contiguous tensors).
+CHANNELS_LAST = "channels_last"
+CHANNELS_FIRST = "channels_first"
+_FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}  # torch's channels-last format of each rank
 
 
 def channels_last(tensor: torch.Tensor) -> torch.Tensor:
@@ -29,11 +37,36 @@ def channels_inner(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` (N, C, *spatial) already is :func:`channels_last`'s form: its storage
     [N, *spatial, C], dense (torch's channels_last / channels_last_3d formats; for 3-d, NLC, such as
     ``x.transpose(1, 2)`` of a [N, L, C] tensor, which torch has no format for)."""
-    if tensor.dim() == 4:  # torch's own checks, for the common ranks: no view made
-        return tensor.is_contiguous(memory_format=torch.channels_last)
-    if tensor.dim() == 5:
-        return tensor.is_contiguous(memory_format=torch.channels_last_3d)
+    if tensor.dim() in _FORMATS:  # torch's own checks, for the common ranks: no view made
+        return tensor.is_contiguous(memory_format=_FORMATS[tensor.dim()])
     return tensor.dim() >= 3 and tensor.movedim(1, -1).is_contiguous()
+
+
+def torch_output_layout(input: Any, weight: Any) -> str:
+    """The layout torch's convolution of ``input`` [N, C_in, *spatial] by ``weight`` [C_out,
+    C_in / groups, *kernel] returns on the GPU (cuDNN's rule): CHANNELS_LAST where either tensor's
+    strides suggest channels-last memory format, else CHANNELS_FIRST. conv1d runs as a conv2d of
+    ``input`` made contiguous and of ``weight`` viewed [C_out, C_in / groups, 1, kW]: there the
+    weight alone decides (an NLC one gives an NLC output). Anything else (not a tensor, another
+    rank): CHANNELS_FIRST, as the torch formulation that runs such calls decides for itself."""
+    if isinstance(weight, torch.Tensor) and weight.dim() == 3:
+        input, weight = None, weight.unsqueeze(2)
+    return CHANNELS_LAST if _suggests_channels_last(input) or _suggests_channels_last(weight) else CHANNELS_FIRST
+
+
+def _suggests_channels_last(tensor: Any) -> bool:
+    """Whether torch's ``suggest_memory_format`` of a 4-d or 5-d ``tensor`` is channels last. A
+    tensor dense in just one of the two formats suggests that one; where sizes of 1 make it dense in
+    both (a 1x1 weight, one channel), or it is dense in neither, torch decides by the strides."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() not in _FORMATS:
+        return False
+    channels_last_format = _FORMATS[tensor.dim()]
+    dense_channels_last = tensor.is_contiguous(memory_format=channels_last_format)
+    if dense_channels_last != tensor.is_contiguous():
+        return dense_channels_last
+    from torch._prims_common import suggest_memory_format  # torch's rule, in Python
+
+    return suggest_memory_format(tensor) == channels_last_format
 
 
 def accepts(tensor: torch.Tensor) -> bool:
@@ -67,18 +100,24 @@ class ChannelsLastCache:
         return copy
 
 
-def channels_last_kernel(kernel: Callable[..., Any]) -> Callable[..., Any]:
+def channels_last_kernel(kernel: Callable[..., Any], output_layout: str = CHANNELS_LAST) -> Callable[..., Any]:
     """A kernel of channels-last tensors (input [N, *spatial, C_in], weight [C_out, *kernel, C_in /
     groups], output [N, *spatial_out, C_out], or the gradients') as the op's callable of NC[D]HW
     tensors: NC[D]HW-contiguous inputs converted once each (untimed, see :class:`ChannelsLastCache`),
     channels-last ones passed as they are; each output (one or a tuple) returned as the NC[D]HW view
-    of what the kernel wrote (channels-last strides, no copy: for channels-last inputs what torch's
-    convolutions return). Its ``accepts`` tells the functions (see ``npuops.functional``) the input
-    layouts it takes (:func:`accepts`); its ``config`` (recorded with each row) names the layout."""
+    of what the kernel wrote: of its channels-last output (channels-last strides, no copy: for
+    channels-last inputs what torch's convolutions return), or, from a kernel whose
+    ``output_layout`` is CHANNELS_FIRST ([N, C_out, *spatial_out]: what torch returns for NC[D]HW-
+    contiguous ones), the output itself. Its ``accepts`` tells the functions (see
+    ``npuops.functional``) the input layouts it takes (:func:`accepts`); its ``config`` (recorded
+    with each row) names the layout."""
     cache = ChannelsLastCache()
+    written_first = output_layout == CHANNELS_FIRST
 
     def channels_last_conv(**inputs: torch.Tensor) -> Any:
         result = kernel(**{name: _channels_inner(cache.get(name, tensor)) for name, tensor in inputs.items()})
+        if written_first:
+            return result
         return tuple(_channels_first(t) for t in result) if isinstance(result, tuple) else _channels_first(result)
 
     channels_last_conv.accepts = accepts

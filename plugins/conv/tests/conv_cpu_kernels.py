@@ -15,10 +15,13 @@ import torch
 _FORWARD = {"kernel": "gemm", "block_M": 16, "block_N": 8, "block_K": 8, "num_stages": 1, "threads": 128}
 
 
-def forward_spec(op, w):
+def forward_spec(op, w, **launch):
+    """The forward kernel of ``w`` in the output layout the op is asked for, of ``launch`` (a
+    ConvLaunch's fields; by default the GEMM above)."""
     from npuops_conv.conv_kernel import conv_kernel
 
-    return conv_kernel(op.geometry(w), w.dtype_of("input"), op.fused_relu, portable=True, **_FORWARD)
+    return conv_kernel(op.geometry(w), w.dtype_of("input"), op.fused_relu, portable=True,
+                       output_layout=op.output_layout(w), **(launch or _FORWARD))
 
 
 def dgrad_spec(op, w):
@@ -40,12 +43,17 @@ def wgrad_spec(op, w):
 def fp8_stand_in(op, w):
     """Not a build: the CPU target builds no GEMM of 8- or 16-bit tiles (fp8 operands, a bf16
     output), so for Conv2dFp8Fwd a callable of the kernel's channels-last tensors computing the op's
-    torch formulation (dequantized to bf16), returning [N, *spatial_out, C_out] as the kernel does:
-    the functions' routing of the call (layouts, binding, output) checked, not the kernel's arithmetic."""
+    torch formulation (dequantized to bf16), returning [N, *spatial_out, C_out] (or, channels first,
+    [N, C_out, *spatial_out]) as the kernel does: the functions' routing of the call (layouts,
+    binding, output) checked, not the kernel's arithmetic."""
+    from npuops_conv.layouts import CHANNELS_LAST
+
     conv = op.torch_impl(w)
+    channels_last_output = op.output_layout(w) == CHANNELS_LAST
 
     def kernel(input, weight, x_scale, w_scale):
-        return conv(input.movedim(-1, 1), weight.movedim(-1, 1), x_scale, w_scale).movedim(1, -1).contiguous()
+        y = conv(input.movedim(-1, 1), weight.movedim(-1, 1), x_scale, w_scale)
+        return (y.movedim(1, -1) if channels_last_output else y).contiguous()
 
     return kernel
 
@@ -64,14 +72,15 @@ def use_cpu_target_kernels(monkeypatch, specs: dict[str, Callable],
     :func:`fp8_stand_in`) run that kernel built for TileLang's CPU target and bound as the op's build
     binds it (``layouts.channels_last_kernel``), as CUDA calls run theirs built for the GPU (plans
     made before, the fronts' fast calls too, are forgotten on entry and on exit). ``received(op
-    name, tensors)``: told what each launch hands the kernel itself (the channels-last tensors)."""
+    name, tensors)``: told what each launch hands the kernel itself (the channels-last tensors by
+    name) and, as ``"output"`` among them, what the kernel returned."""
     import pytest
 
     pytest.importorskip("tilelang")
     from npuops import functional as core
     from npuops.kernels import CPU_TARGET, compile_kernel
     from npuops.registry import load_registry
-    from npuops_conv.layouts import channels_last_kernel
+    from npuops_conv.layouts import CHANNELS_LAST, channels_last_kernel
 
     registry = load_registry()
     make_plan = core._plan
@@ -90,10 +99,13 @@ def use_cpu_target_kernels(monkeypatch, specs: dict[str, Callable],
         bound = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), cpu) if is_spec else spec
 
         def seen(**tensors):
-            received(fn.op, tensors)
-            return bound(**tensors)
+            output = bound(**tensors)
+            received(fn.op, {**tensors, "output": output})
+            return output
 
-        kernel = channels_last_kernel(bound if received is None else seen)
+        # the forward ops' output layout, as their build binds it (the gradients' write channels last)
+        output_layout = op.config(w).get("output_layout", CHANNELS_LAST)
+        kernel = channels_last_kernel(bound if received is None else seen, output_layout)
         read = [name not in fn.shape_only for name in made.names]
 
         def launch(*tensors):

@@ -1,14 +1,17 @@
-"""Channels-last inputs through the conv functions: ``npuops_conv.conv2d`` of a
-``torch.channels_last`` input (``conv3d``: ``channels_last_3d``; ``conv1d``: NLC storage, such as
-``x.transpose(1, 2)`` of a [N, L, C] tensor) runs our kernel on the input's own storage, no
-conversion, and returns what torch's function returns (a channels-last output; conv1d's NLC);
-NC[D]HW-contiguous inputs are converted as before; gradients of channels-last inputs run our
-gradient kernels. The same for the functions of the other ops, which go through the same binding:
-``conv_transpose2d`` (our data-gradient kernel), ``conv1d_causal`` (NLC), ``conv2d_bias_relu`` (the
-fused epilogue) and ``conv2d_fp8``. Checked with our kernels built for TileLang's CPU target in
-place of the GPU's (see conv_cpu_kernels; conv2d_fp8: the CPU target builds no fp8 GEMM, so a
-stand-in of the kernel checks the call's routing), and on a GPU (marker ``gpu``) in bf16 and f16
-(conv2d_fp8: fp8 e4m3)."""
+"""Layouts through the conv functions: ``npuops_conv.conv2d`` of a ``torch.channels_last`` input
+(``conv3d``: ``channels_last_3d``; ``conv1d``: NLC storage, such as ``x.transpose(1, 2)`` of a
+[N, L, C] tensor) runs our kernel on the input's own storage, no conversion; NC[D]HW-contiguous
+inputs are converted as before. Either way the output is in the layout torch's function returns
+(on the GPU, cuDNN's rule: channels last where the input or the weight is; conv1d's, NLC where its
+weight is), written so by our kernel: a channels-last output is the NC[D]HW view of the kernel's,
+an NC[D]HW-contiguous one the kernel's own (its epilogue writes it channels first, no copy).
+Gradients of channels-last inputs run our gradient kernels. The same for the functions of the
+other ops, which go through the same binding: ``conv_transpose2d`` (our data-gradient kernel, which
+writes channels last only), ``conv1d_causal``, ``conv2d_bias_relu`` (the fused epilogue) and
+``conv2d_fp8``. Checked with our kernels built for TileLang's CPU target in place of the GPU's (see
+conv_cpu_kernels; conv2d_fp8: the CPU target builds no fp8 GEMM, so a stand-in of the kernel
+checks the call's routing), and on a GPU (marker ``gpu``) in bf16 and f16 (conv2d_fp8: fp8
+e4m3)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,13 @@ import npuops_conv as F
 import pytest
 import torch
 import torch.nn.functional as TF
-from conv_cpu_kernels import FORWARD, GRADIENTS, fp8_stand_in, use_cpu_target_kernels
+from conv_cpu_kernels import (
+    FORWARD,
+    GRADIENTS,
+    forward_spec,
+    fp8_stand_in,
+    use_cpu_target_kernels,
+)
 from npuops.functional import coverage, reset_coverage
 
 FORMATS = {3: None, 4: torch.channels_last, 5: torch.channels_last_3d}
@@ -33,6 +42,16 @@ def _channels_last(t: torch.Tensor) -> torch.Tensor:
 
 def _is_channels_last(t: torch.Tensor) -> bool:
     return t.transpose(1, 2).is_contiguous() if t.dim() == 3 else t.is_contiguous(memory_format=FORMATS[t.dim()])
+
+
+def _returns_channels_last(fn, x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether torch's function returns channels last for ``x`` and ``w`` (none of size 1 but the
+    batch) on the GPU: where either is channels last (cuDNN's rule); the 1-d convolutions (run as a
+    conv2d of the input made contiguous): where the weight is. conv_transpose2d: ours writes
+    channels last only (our data-gradient kernel)."""
+    if fn is F.conv_transpose2d:
+        return True
+    return _is_channels_last(w) if w.dim() == 3 else _is_channels_last(x) or _is_channels_last(w)
 
 
 def _function(fn, b) -> str:
@@ -91,18 +110,49 @@ def _out_channels(fn, w_shape, kwargs) -> int:
     return w_shape[1] * kwargs.get("groups", 1) if fn is F.conv_transpose2d else w_shape[0]
 
 
-def _case(name, weight_channels_last=False):
+def _case(name, weight_channels_last=False, input_channels_last=True):
     fn, x_shape, w_shape, bias, kwargs = CASES[name]
     torch.manual_seed(hash(name) % 2**31)
     x, w = _randn(*x_shape), _randn(*w_shape, std=1 / math.sqrt(math.prod(w_shape[1:])))
     w = _channels_last(w) if weight_channels_last else w
-    return fn, _channels_last(x), w, _randn(_out_channels(fn, w_shape, kwargs)) if bias else None, kwargs
+    x = _channels_last(x) if input_channels_last else x
+    return fn, x, w, _randn(_out_channels(fn, w_shape, kwargs)) if bias else None, kwargs
+
+
+def _layout_cases():
+    """(input, weight) pairs in every layout, sizes of 1 among them (a 1x1 weight, one channel, one
+    position), whose strides alone tell torch their layout."""
+    cl = torch.channels_last
+    x, w3, w1 = torch.randn(2, 8, 5, 5), torch.randn(4, 8, 3, 3), torch.randn(4, 8, 1, 1)
+    x1, k3, k1 = torch.randn(2, 8, 9), torch.randn(4, 8, 3), torch.randn(4, 8, 1)
+    return [
+        (x, w3), (x.to(memory_format=cl), w3), (x, w3.to(memory_format=cl)), (x, w1),
+        (x, w1.to(memory_format=cl)),  # as model.to(memory_format=channels_last) converts a 1x1 weight
+        (torch.randn(2, 1, 5, 5).to(memory_format=cl), torch.randn(4, 1, 3, 3)),
+        (torch.randn(2, 8, 1, 1).to(memory_format=cl), w1), (x[..., ::2], w3),
+        (x1, k3), (_channels_last(x1), k3), (x1, _channels_last(k3)), (x1, k1),
+        (x1, torch.empty_strided(k1.shape, (8, 1, 8)).copy_(k1)),  # a 1-tap weight stored NLC
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_layout_cases())))
+def test_the_output_layout_is_torch_s(case):
+    """layouts.torch_output_layout against torch's CPU convolutions in fp32, which follow the GPU's
+    rule (channels last where the input or the weight suggests it; conv1d's, where its weight does)."""
+    from npuops_conv.layouts import CHANNELS_LAST, torch_output_layout
+    from torch._prims_common import suggest_memory_format
+
+    x, w = _layout_cases()[case]
+    y = (TF.conv1d if x.dim() == 3 else TF.conv2d)(x, w)
+    returned = y.unsqueeze(2) if y.dim() == 3 else y  # conv1d's output: its conv2d's, squeezed
+    assert (torch_output_layout(x, w) == CHANNELS_LAST) == (suggest_memory_format(returned) == torch.channels_last)
 
 
 @pytest.fixture
 def received(monkeypatch):
     """Our forward and gradient kernels built for TileLang's CPU target; what each launch hands the
-    kernel itself, per op (a list of the tensors by name, one per launch)."""
+    kernel itself, per op (a list of the tensors by name, one per launch, with what the kernel
+    returned as "output")."""
     seen: dict[str, list] = {}
     with use_cpu_target_kernels(monkeypatch, {**FORWARD, **GRADIENTS},
                                 lambda op, tensors: seen.setdefault(op, []).append(tensors)):
@@ -123,29 +173,77 @@ def test_channels_last_input_runs_our_kernel_on_its_own_storage(name, weight_cha
         # the kernel read x's storage as it is: [N, *spatial, C], no copy
         assert _shares_storage(seen["input"], x) and seen["input"].shape == x.movedim(1, -1).shape
         assert _shares_storage(seen["weight"], w) == weight_channels_last
-        assert y.shape == want.shape and y.dtype == want.dtype
-        torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-4)
-        # channels last, as torch's CUDA convolutions return for channels-last inputs (the GPU test
-        # compares strides; conv1d's NLC: torch, with no 3-d format, returns NCL-contiguous)
-        assert _is_channels_last(y)
-        if x.dim() == 4:  # torch's CPU conv2d (and conv_transpose2d) does too (its strided conv3d does not)
-            assert y.stride() == want.stride()
+        _check_output(fn, x, w, y, want, seen["output"])
     assert coverage()[_function(fn, b)] == {"ours": 2, "torch": 0, "why": {}}
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_contiguous_input_is_converted_as_before(name, received):
-    fn, x, w, b, kwargs = _case(name)
-    x = x.contiguous()
-    reset_coverage()
-    y = fn(x, w, b, **kwargs)
-    (seen,) = received[OPS[fn]]
-    assert not _shares_storage(seen["input"], x) and seen["input"].is_contiguous()  # a channels-last copy
-    assert coverage()[_function(fn, b)]["ours"] == 1
-    want = _torch(fn)(x, w, b, **kwargs)
+def _check_output(fn, x, w, y, want, written):
+    """``y``, what the function returned (its kernel ``written``), is torch's ``want`` in shape,
+    dtype and values, in torch's layout (the GPU's, see _returns_channels_last), the kernel's own
+    output or its NC[D]HW view: no copy."""
     assert y.shape == want.shape and y.dtype == want.dtype
     torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-4)
-    assert _is_channels_last(y)  # the NC[D]HW view of the kernel's channels-last output, as before
+    assert y.data_ptr() == written.data_ptr() and y.numel() == written.numel()
+    if _returns_channels_last(fn, x, w):
+        assert _is_channels_last(y)
+    else:
+        assert y.is_contiguous()
+        assert y.view(len(y), -1).shape == want.view(len(want), -1).shape
+    # torch's CPU conv1d/conv2d follow the GPU's rule (its conv3d, by dtype and shape, not always);
+    # conv_transpose2d of an NCHW input: torch's output is NCHW-contiguous, ours channels last
+    if x.dim() < 5 and not (fn is F.conv_transpose2d and x.is_contiguous()):
+        assert y.stride() == want.stride()
+
+
+@pytest.mark.parametrize("weight_channels_last", [False, True], ids=["weight-nchw", "weight-channels-last"])
+@pytest.mark.parametrize("name", CASES)
+def test_contiguous_input_is_converted_and_the_output_laid_out_as_torch_s(name, weight_channels_last, received):
+    fn, x, w, b, kwargs = _case(name, weight_channels_last, input_channels_last=False)
+    want = _torch(fn)(x, w, b, **kwargs)
+    reset_coverage()
+    for call in range(2):  # the plan's call, then the fast path's
+        y = fn(x, w, b, **kwargs)
+        (seen,) = received.pop(OPS[fn])
+        assert not _shares_storage(seen["input"], x) and seen["input"].is_contiguous()  # a channels-last copy
+        _check_output(fn, x, w, y, want, seen["output"])
+    assert coverage()[_function(fn, b)] == {"ours": 2, "torch": 0, "why": {}}
+
+
+# Each forward kernel on the CPU target (the plans above take a GEMM): split-K, its fixed-order sum
+# writing the output; the direct kernel.
+KERNELS = {
+    "split-k": {"kernel": "split_k", "block_M": 16, "block_N": 8, "block_K": 8, "num_stages": 1, "threads": 128,
+                "splits": 3},
+    "direct": {"kernel": "direct", "block_M": 16, "block_N": 8, "block_K": 0, "num_stages": 0, "threads": 128},
+}
+
+
+@pytest.mark.parametrize("input_channels_last", [False, True], ids=["nchw", "channels-last"])
+@pytest.mark.parametrize("name", ["conv2d-3x3-pad-bias", "conv3d"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_each_kernel_writes_the_output_in_torch_s_layout(kernel, name, input_channels_last, monkeypatch):
+    fn, x, w, b, kwargs = _case(name, input_channels_last=input_channels_last)
+    want = _torch(fn)(x, w, b, **kwargs)
+    written = []
+    specs = {OPS[fn]: lambda op, workload: forward_spec(op, workload, **KERNELS[kernel])}
+    with use_cpu_target_kernels(monkeypatch, specs, lambda op, tensors: written.append(tensors["output"])):
+        y = fn(x, w, b, **kwargs)
+    assert coverage()[_function(fn, b)] == {"ours": 1, "torch": 0, "why": {}}
+    _check_output(fn, x, w, y, want, *written)
+
+
+def test_the_fast_path_keeps_a_kernel_per_output_layout(received):
+    """One signature of shapes, in either layout, call after call: each runs ours (the fast path
+    keyed by the tensors' strides too) and returns torch's layout."""
+    fn, x, w, b, kwargs = _case("conv2d-3x3-pad-bias", input_channels_last=False)
+    want = _torch(fn)(x, w, b, **kwargs)
+    reset_coverage()
+    for input in (x, _channels_last(x), x, _channels_last(x)):
+        y = fn(input, w, b, **kwargs)
+        assert _is_channels_last(y) == _is_channels_last(input) and y.is_contiguous() != _is_channels_last(input)
+        torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-4)
+    assert coverage()["conv2d_bias"] == {"ours": 4, "torch": 0, "why": {}}
+    assert len(received["Conv2dFwd"]) == 4
 
 
 def test_an_input_in_neither_layout_runs_torch(received):
@@ -161,33 +259,33 @@ def _fp8(*shape, std=1.0):
     return _randn(*shape, std=std).to(torch.float8_e4m3fn)
 
 
+@pytest.mark.parametrize("weight_layout", ["channels-last", "nchw"], ids=lambda layout: f"weight-{layout}")
 @pytest.mark.parametrize("layout", ["channels-last", "nchw"])
-def test_fp8_input_is_routed_to_our_kernel_in_its_layout(layout, monkeypatch):
+def test_fp8_input_is_routed_to_our_kernel_in_its_layout(layout, weight_layout, monkeypatch):
     """conv2d_fp8: the CPU target builds no fp8 GEMM (nor any of 16-bit tiles), so a stand-in of the
-    kernel (the op's formulation on the channels-last tensors the kernel takes) checks the routing:
-    a channels-last fp8 input reaches the kernel as it is, an NCHW one converted, the scales passed,
-    the bf16 output in torch's layout and values. Our fp8 kernel's arithmetic: the GPU tests."""
+    kernel (the op's formulation on the channels-last tensors the kernel takes, its output in the
+    layout the kernel is asked for) checks the routing: a channels-last fp8 input reaches the kernel
+    as it is, an NCHW one converted, the scales passed, the bf16 output in torch's layout (the
+    kernel's own output or its view) and values. Our fp8 kernel's arithmetic: the GPU tests."""
     seen = []
     torch.manual_seed(5)
-    x, w = _fp8(2, 16, 6, 5), _channels_last(_fp8(8, 16, 3, 3, std=0.5))
+    x, w = _fp8(2, 16, 6, 5), _fp8(8, 16, 3, 3, std=0.5)
     x = _channels_last(x) if layout == "channels-last" else x
+    w = _channels_last(w) if weight_layout == "channels-last" else w
     x_scale, w_scale = torch.tensor(0.75), torch.tensor(0.125)
     kwargs = {"padding": 1, "stride": (1, 2)}
     want = TF.conv2d(x.to(torch.bfloat16) * x_scale, w.to(torch.bfloat16) * w_scale, None, **kwargs)
     with use_cpu_target_kernels(monkeypatch, {"Conv2dFp8Fwd": fp8_stand_in}, lambda op, tensors: seen.append(tensors)):
         for _ in range(2):  # the plan's call, then the fast path's
             y = F.conv2d_fp8(x, w, x_scale, w_scale, **kwargs)
+            tensors = seen[-1]
+            assert _shares_storage(tensors["input"], x) == (layout == "channels-last")
+            assert tensors["input"].shape == x.movedim(1, -1).shape and tensors["input"].is_contiguous()
+            assert _shares_storage(tensors["weight"], w) == (weight_layout == "channels-last")
+            assert tensors["x_scale"] is x_scale and tensors["w_scale"] is w_scale
+            assert y.dtype == torch.bfloat16
+            _check_output(F.conv2d_fp8, x, w, y, want, tensors["output"])
     assert coverage()["conv2d_fp8"] == {"ours": 2, "torch": 0, "why": {}}
-    for tensors in seen:
-        assert _shares_storage(tensors["input"], x) == (layout == "channels-last")
-        assert tensors["input"].shape == x.movedim(1, -1).shape and tensors["input"].is_contiguous()
-        assert _shares_storage(tensors["weight"], w)
-        assert tensors["x_scale"] is x_scale and tensors["w_scale"] is w_scale
-    assert y.shape == want.shape and y.dtype == want.dtype == torch.bfloat16
-    torch.testing.assert_close(y, want)
-    assert _is_channels_last(y)  # channels-last input: as torch's (NCHW: the kernel's channels-last output, as before)
-    if layout == "channels-last":
-        assert y.stride() == want.stride()
 
 
 @pytest.mark.parametrize("weight_channels_last", [False, True], ids=["weight-nchw", "weight-channels-last"])
@@ -262,8 +360,7 @@ def test_channels_last_runs_our_kernels_without_conversion_on_the_gpu(name, dtyp
     assert converted == []
     want = _torch(fn)(x.float(), w.float(), None if b is None else b.float(), **kwargs)
     assert y.shape == want.shape and y.dtype == dtype and _is_channels_last(y)
-    if x.dim() > 3:
-        assert y.stride() == _torch(fn)(x, w, b, **kwargs).stride()
+    assert y.stride() == _torch(fn)(x, w, b, **kwargs).stride()
     _close(y, want, 3e-2, "output")
     if fn is not F.conv2d:
         return
@@ -282,6 +379,28 @@ def test_channels_last_runs_our_kernels_without_conversion_on_the_gpu(name, dtyp
     for got, ref, what in zip((leaves[0].grad, leaves[1].grad), refs, ("input", "weight")):
         assert got.dtype == dtype
         _close(got, ref.grad, 3e-2, f"gradient of {what}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("name", [name for name, case in GPU_CASES.items() if case[0] is not F.conv_transpose2d])
+def test_contiguous_inputs_get_torch_s_contiguous_output_on_the_gpu(name, dtype):
+    """NC[D]HW-contiguous input and weight: our kernel (converting the input) writes the output
+    NC[D]HW-contiguous itself, torch's strides (conv_transpose2d's kernel writes channels last)."""
+    fn, x_shape, w_shape, bias, kwargs = GPU_CASES[name]
+    torch.manual_seed(19)
+    x = _randn(*x_shape, dtype=dtype, device="cuda")
+    w = _randn(*w_shape, dtype=dtype, device="cuda", std=1 / math.sqrt(math.prod(w_shape[1:])))
+    b = _randn(_out_channels(fn, w_shape, kwargs), dtype=dtype, device="cuda") if bias else None
+    reset_coverage()
+    for _ in range(2):  # the plan's call, then the fast path's
+        y = fn(x, w, b, **kwargs)
+    assert coverage()[_function(fn, b)] == {"ours": 2, "torch": 0, "why": {}}, coverage()
+    want = _torch(fn)(x.float(), w.float(), None if b is None else b.float(), **kwargs)
+    assert y.shape == want.shape and y.dtype == dtype and y.is_contiguous()
+    assert y.stride() == _torch(fn)(x, w, b, **kwargs).stride()
+    assert y.view(len(y), -1).shape == want.view(len(want), -1).shape
+    _close(y, want, 3e-2, "output")
 
 
 @pytest.mark.gpu

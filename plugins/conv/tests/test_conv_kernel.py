@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from npuops import nan_filled_allocations
 from npuops.kernels import compile_kernel
 from npuops_conv.conv_kernel import (
     ConvLaunch,
@@ -20,9 +21,11 @@ from npuops_conv.conv_kernel import (
     launch_variants,
     unsupported,
 )
+from npuops_conv.layouts import CHANNELS_FIRST, CHANNELS_LAST
 from npuops_conv.ops._geometry import ConvGeometry
 
 F16, BF16, F32, FP8 = torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn
+LAYOUTS = pytest.mark.parametrize("output_layout", [CHANNELS_LAST, CHANNELS_FIRST])
 
 
 def geo(batch, c_in, c_out, size, kernel, stride=1, pad=0, dilation=1, groups=1, bias=False, pad_after=None):
@@ -126,6 +129,19 @@ def test_kernel_spec_describes_channels_last_tensors():
     assert fp8.outputs == {"output": BF16}
 
 
+def test_a_channels_first_output_is_declared_and_returned_nchw():
+    g = geo(2, 64, 32, (10, 12), 3, stride=2, pad=1, bias=True)
+    positions = math.prod(g.out_size)
+    spec = conv_kernel(g, F16, kernel="split_k", block_M=64, block_N=32, block_K=64, num_stages=2, threads=128,
+                       splits=3, output_layout=CHANNELS_FIRST)
+    # the batch comes at launch, the rows (the split-K workspace's) are batch x positions
+    assert dict(spec.params) == {"input": ("rows_in", 64), "weight": (32, 9 * 64), "bias": (32,),
+                                 "output": ("batch", 32, positions), "workspace": (3, "rows", 32)}
+    assert spec.derived({"rows_in": 5 * 120}) == {"batch": 5, "rows": 5 * positions}
+    assert spec.returns == (("output", ("batch", 32, *g.out_size)),)
+    assert spec.config["output_layout"] == CHANNELS_FIRST
+
+
 def test_unsupported_dtypes_and_sizes_are_named():
     assert "float64" in unsupported(geo(1, 4, 4, (5, 5), 3), torch.float64)
     assert "2^31" in unsupported(geo(1, 1024, 8, (2048, 2048), 1), F16)
@@ -164,6 +180,19 @@ def test_kernel_compiles_for_sm90(name, launch):
             assert "cp_async_gs_conditional<" in source
 
 
+# A channels-first output (the functions', for NC[D]HW-contiguous tensors), written by the GEMM's
+# epilogue, the split-K sum's and the direct kernel's: the batch, not the row count, comes at launch.
+@pytest.mark.parametrize("name", ["3x3-bias-f16", "split-k-tail", "depthwise-bias"])
+def test_channels_first_kernel_compiles_for_sm90(name):
+    pytest.importorskip("tilelang")
+    g, dtype, relu = BY_ID[name]
+    spec = conv_kernel(g, dtype, relu, output_layout=CHANNELS_FIRST)
+    source = compile_kernel(spec.prim_func, arch="sm_90a").get_kernel_source()
+    assert "int batch" in source and "int rows," not in source
+    if spec.config["kernel"] == "split_k":
+        assert source.count("__global__ void __launch_bounds__") == 2 and "atomic" not in source.lower()
+
+
 # -- the index arithmetic, run on TileLang's CPU target ----------------------------------------------
 
 # The direct kernel gathers through the same window arithmetic as the GEMM's input tile
@@ -173,8 +202,9 @@ CPU_CASES = ["strided-dilated-relu", "asymmetric-pad", "depthwise-multiplier-str
              "conv3d-dilated", "grouped-thin-direct"]
 
 
+@LAYOUTS
 @pytest.mark.parametrize("name", CPU_CASES)
-def test_window_arithmetic_matches_torch_on_the_cpu_target(name):
+def test_window_arithmetic_matches_torch_on_the_cpu_target(name, output_layout):
     pytest.importorskip("tilelang")
     import dataclasses
 
@@ -187,16 +217,18 @@ def test_window_arithmetic_matches_torch_on_the_cpu_target(name):
     groups = min(g.groups, 4)
     g = dataclasses.replace(g, in_channels=per_group_in * groups, out_channels=per_group_out * groups, groups=groups)
     launch = direct_launch(Problem(g, F32)).as_dict()
-    spec = conv_kernel(g, F32, False, **launch)  # no ReLU: the CPU target cannot vectorize its max
+    # no ReLU: the CPU target cannot vectorize its max
+    spec = conv_kernel(g, F32, False, output_layout=output_layout, **launch)
     kernel = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(g.out_channels, *g.kernel, g.in_channels // g.groups, generator=gen)
     bias = torch.randn(g.out_channels, generator=gen) if g.bias else None
     for batch in (g.batch, g.batch + 2):  # one build, any batch size (it comes at launch)
         x = torch.randn(batch, *g.in_size, g.in_channels, generator=gen)
-        tensors = {"input": x, "weight": w, **({"bias": bias} if g.bias else {})}
+        with nan_filled_allocations():
+            got = kernel(input=x, weight=w, **({"bias": bias} if g.bias else {}))
         expected = reference(dataclasses.replace(g, batch=batch), x, w, bias, False)
-        torch.testing.assert_close(kernel(**tensors), expected, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(got, laid_out(expected, output_layout), atol=1e-4, rtol=1e-4, check_stride=True)
 
 
 
@@ -222,15 +254,15 @@ GEMM_CPU_CASES = [
 ]
 
 
+@LAYOUTS
 @pytest.mark.parametrize("name,g,launch", GEMM_CPU_CASES, ids=[c[0] for c in GEMM_CPU_CASES])
-def test_gemm_logic_matches_torch_on_the_cpu_target(name, g, launch):
+def test_gemm_logic_matches_torch_on_the_cpu_target(name, g, launch, output_layout):
     pytest.importorskip("tilelang")
     import dataclasses
 
-    from npuops import nan_filled_allocations
     from npuops.kernels import CPU_TARGET
 
-    spec = conv_kernel(g, F32, False, portable=True, **launch)
+    spec = conv_kernel(g, F32, False, portable=True, output_layout=output_layout, **launch)
     kernel = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
     gen = torch.Generator().manual_seed(1)
     w = torch.randn(g.out_channels, *g.kernel, g.in_channels // g.groups, generator=gen)
@@ -240,7 +272,13 @@ def test_gemm_logic_matches_torch_on_the_cpu_target(name, g, launch):
         with nan_filled_allocations():  # outputs (and the split-K workspace) start as NaN
             got = kernel(input=x, weight=w, **({"bias": bias} if g.bias else {}))
         expected = reference(dataclasses.replace(g, batch=batch), x, w, bias, False)
-        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(got, laid_out(expected, output_layout), atol=1e-4, rtol=1e-4, check_stride=True)
+
+
+def laid_out(channels_last: torch.Tensor, output_layout: str) -> torch.Tensor:
+    """A result [N, *spatial, C] as a kernel of ``output_layout`` returns it, contiguous:
+    [N, *spatial, C] or [N, C, *spatial]."""
+    return (channels_last if output_layout == CHANNELS_LAST else channels_last.movedim(-1, 1)).contiguous()
 
 # -- on the GPU ------------------------------------------------------------------------------------
 
@@ -263,12 +301,12 @@ def reference(g: ConvGeometry, x, w, bias, relu, x_scale=None, w_scale=None):
     return y.movedim(1, -1)
 
 
-def run_and_check(g: ConvGeometry, dtype, relu, launch: dict, seed: int = 0):
+def run_and_check(g: ConvGeometry, dtype, relu, launch: dict, seed: int = 0, output_layout: str = CHANNELS_LAST):
     from npuops.kernels import launcher
 
     device = torch.device("cuda")
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    spec = conv_kernel(g, dtype, relu, **launch)
+    spec = conv_kernel(g, dtype, relu, output_layout=output_layout, **launch)
     kernel = compile_kernel(spec.prim_func)
     raw = torch.float16 if dtype == FP8 else dtype
     x = torch.randn(g.batch, *g.in_size, g.in_channels, device=device, generator=gen).to(raw)
@@ -285,7 +323,9 @@ def run_and_check(g: ConvGeometry, dtype, relu, launch: dict, seed: int = 0):
         bias = (0.1 * torch.randn(g.out_channels, device=device, generator=gen)).to(dtype)
         tensors["bias"] = bias
     out_dtype = spec.outputs["output"]
-    tensors["output"] = torch.full((g.batch, *g.out_size, g.out_channels), float("nan"), device=device, dtype=out_dtype)
+    out_shape = (g.batch, *g.out_size, g.out_channels) if output_layout == CHANNELS_LAST else (
+        g.batch, g.out_channels, *g.out_size)
+    tensors["output"] = torch.full(out_shape, float("nan"), device=device, dtype=out_dtype)
     sizes = spec.derived({"rows_in": g.batch * math.prod(g.in_size)})
     if "workspace" in spec.outputs:
         splits = dict(spec.params)["workspace"][0]
@@ -295,7 +335,7 @@ def run_and_check(g: ConvGeometry, dtype, relu, launch: dict, seed: int = 0):
     launch_fn.run(args, launch_fn.sizes({"rows_in": g.batch * math.prod(g.in_size), **sizes}))
     torch.cuda.synchronize()
     out = tensors["output"]
-    ref = reference(g, x, w, bias, relu, *scales)
+    ref = laid_out(reference(g, x, w, bias, relu, *scales), output_layout)
     assert not out.isnan().any(), f"{spec.config}: {int(out.isnan().sum())} outputs unwritten or NaN"
     err = (out.float() - ref).abs()
     allowed = TOLERANCE[dtype] * (ref.square().mean().sqrt() + ref.abs())
@@ -318,6 +358,13 @@ def test_every_launch_variant_matches_torch(name):
     g, dtype, relu = BY_ID[name]
     for config in launch_variants(Problem(g, dtype, relu)):
         run_and_check(g, dtype, relu, config, seed=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(BY_ID))
+def test_channels_first_output_matches_torch(name):
+    g, dtype, relu = BY_ID[name]
+    run_and_check(g, dtype, relu, {}, output_layout=CHANNELS_FIRST)
 
 
 @pytest.mark.gpu
@@ -380,3 +427,4 @@ def test_one_build_serves_every_batch_size_of_a_geometry():
     assert small.shared == large.shared  # the same code: either computes the other's batch
     assert small.launch != large.launch  # tiles chosen for each batch's number of output tiles
     assert kernel_key(geo(1, 64, 64, (14, 14), 3, pad=1), BF16).shared != small.shared
+    assert kernel_key(geo(1, 64, 64, (14, 14), 3, pad=1), F16, output_layout=CHANNELS_FIRST).shared != small.shared

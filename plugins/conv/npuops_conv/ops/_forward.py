@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from npuops import KernelOp
+from npuops import KernelOp, Param
 
+from ..layouts import CHANNELS_FIRST, CHANNELS_LAST
 from ._conv_op import BIAS_STD, ConvOp, TensorSpec, kaiming_std
 from ._geometry import forward_geometry
+
+OUTPUT_LAYOUT = Param(CHANNELS_LAST, "the layout our kernel writes the output in: channels_last (the NC[D]HW view of "
+                      "[N, *spatial, C_out] rows, as cuDNN's channels-last convolutions write it) or channels_first "
+                      "(NC[D]HW-contiguous, what torch returns for NC[D]HW-contiguous tensors: the functions ask for "
+                      "it then)", choices=(CHANNELS_LAST, CHANNELS_FIRST))
 
 
 class ForwardConvOp(ConvOp, KernelOp):
@@ -15,6 +21,7 @@ class ForwardConvOp(ConvOp, KernelOp):
     Inputs: ``input`` ~ N(0, 1), ``weight`` ~ N(0, 1/fan_in) (Kaiming, so outputs are O(1)),
     ``bias`` ~ N(0, 0.1²) when the workload has one. A weight shape in the workload is used as
     given; otherwise C_out comes from the params or the bias and the kernel from the params.
+    Param ``output_layout`` (every forward op's): see ``OUTPUT_LAYOUT``.
     """
 
     required_tensors = ("input",)
@@ -22,6 +29,12 @@ class ForwardConvOp(ConvOp, KernelOp):
     fused_relu = False  # the kernel's epilogue applies a ReLU after the bias
     kernel_description = ("TileLang implicit GEMM on tensor cores (split-K where K is deep), direct convolution for "
                           "depthwise; channels-last inputs, converted untimed")
+
+    def __init_subclass__(cls, **kwargs):
+        # Each op states its own params (its rank's sizes, its epilogue's); every kernel of ours
+        # writes either output layout.
+        super().__init_subclass__(**kwargs)
+        cls.params = {**cls.params, "output_layout": OUTPUT_LAYOUT}
 
     def resolve_geometry(self, where, w, cfg):
         return forward_geometry(where, w, cfg, self.layout)
@@ -56,10 +69,14 @@ class ForwardConvOp(ConvOp, KernelOp):
 
         return unsupported(self.geometry(w), w.dtype_of("input"))
 
+    def output_layout(self, w) -> str:
+        """The layout our kernel writes ``w``'s output in."""
+        return self.config(w)["output_layout"]
+
     def kernel_key(self, w):
         from ..conv_kernel import kernel_key
 
-        return kernel_key(self.geometry(w), w.dtype_of("input"), self.fused_relu)
+        return kernel_key(self.geometry(w), w.dtype_of("input"), self.fused_relu, self.output_layout(w))
 
     def tilelang_variants(self, w):
         from ..conv_kernel import Problem, launch_variants
@@ -70,5 +87,7 @@ class ForwardConvOp(ConvOp, KernelOp):
         from ..conv_kernel import conv_kernel
         from ..layouts import channels_last_kernel
 
-        spec = conv_kernel(self.geometry(w), w.dtype_of("input"), self.fused_relu, **(config or {}))
-        return channels_last_kernel(spec.compile(device))
+        layout = self.output_layout(w)
+        spec = conv_kernel(self.geometry(w), w.dtype_of("input"), self.fused_relu, output_layout=layout,
+                           **(config or {}))
+        return channels_last_kernel(spec.compile(device), layout)
