@@ -30,7 +30,10 @@ runs its phase's K tiles (a loop extent chosen per block where the phases' tap c
 stride 1 there is one phase with every tap, ``base = p``: ``o = i + p - k*d`` (the flipped kernel
 is only index arithmetic). Padding, dilation, groups and Conv2dTranspose's ``output_padding``
 (rows past the last window: ``o >= out`` masked, zero) are index arithmetic. fp32 accumulation,
-the epilogue adds the transpose's bias and casts to the op's dtype.
+the epilogue adds the transpose's bias and casts to the op's dtype. A channels-first output
+(``output_layout``: ``dx`` [N, C_in, prod(in_size)], what torch's conv_transpose2d returns for
+NCHW-contiguous tensors) is written as the forward kernels' is (``conv_kernel.ChannelsFirst``: the
+tile staged in shared memory, stored down its columns), each phase row to its input position.
 
 Split-K (stride 1, one group; few output tiles against a deep K such as Conv2dTranspose W7,
 K = 9 * 2048): the grid's third dim is the split; split ``s`` writes its fp32 partial tile to a
@@ -69,8 +72,10 @@ from functools import cached_property
 import torch
 from npuops import H200_SMS, KernelSpec, tilelang_dtype
 
-from .conv_kernel import (ConvLaunch, Problem, _all, _source, gemm_variants, no_empty_split, ordered_sum,
-                          prim_func_over, store_partials, tile_allocator, tile_product, too_large, zero_fill)
+from .conv_kernel import (ChannelsFirst, ConvLaunch, Problem, _all, _source, gemm_variants, no_empty_split,
+                          ordered_sum, prim_func_over, store_partials, tile_allocator, tile_product, too_large,
+                          zero_fill)
+from .layouts import CHANNELS_LAST
 from .ops._geometry import ConvGeometry
 
 F32 = "float32"
@@ -165,10 +170,12 @@ class DimPhases:
 
 @dataclass(frozen=True)
 class Grad:
-    """A convolution gradient in the kernels' terms: the forward problem, its dims' phases."""
+    """A convolution gradient in the kernels' terms: the forward problem, its dims' phases; the data
+    gradient's output layout (``CHANNELS_LAST`` or ``CHANNELS_FIRST``, see :func:`dgrad_kernel`)."""
 
     problem: Problem
     bias: bool = False  # Conv2dTranspose's bias (C_in), or Conv2dWgrad's bias gradient (C_out)
+    output_layout: str = CHANNELS_LAST
 
     @property
     def geometry(self) -> ConvGeometry:
@@ -191,6 +198,14 @@ class Grad:
     def rows(self) -> int:
         """Rows of each phase's GEMM (N * q_d * q_h * q_w)."""
         return self.geometry.batch * math.prod(d.q for d in self.dims)
+
+    @property
+    def channels_first(self) -> ChannelsFirst | None:
+        """How the data gradient writes a channels-first output ``[N, C_in, prod(in_size)]``; None
+        for a channels-last one."""
+        if self.output_layout == CHANNELS_LAST:
+            return None
+        return ChannelsFirst(math.prod(self.geometry.in_size), self.dtype)
 
     @property
     def max_taps(self) -> int:
@@ -447,16 +462,19 @@ def _dy_row(q: Grad, m, phase, us, check_m: bool = True):
 # -- the data gradient -----------------------------------------------------------------------------
 
 def dgrad_kernel(geometry: ConvGeometry, dtype: torch.dtype, bias: bool = False, names=("grad_output", "weight"),
-                 kernel: str | None = None, **launch) -> KernelSpec:
+                 kernel: str | None = None, output_layout: str = CHANNELS_LAST, **launch) -> KernelSpec:
     """The data gradient of the forward convolution ``geometry`` (Conv2dDgrad; Conv2dTranspose,
     with ``bias`` over C_in), the default launch's or the one named. Parameters: ``names[0]``
     (dy [N*prod(out_size), C_out]), ``names[1]`` (weight [C_out, taps*Cg]), ``bias`` [C_in] when
-    ``bias``, ``output`` [N*prod(in_size), C_in] (returned [N, *in_size, C_in]), and for split-K
-    ``workspace`` [splits, rows, C_in] fp32 (not returned)."""
+    ``bias``, ``output`` and for split-K ``workspace`` [splits, rows, C_in] fp32 (channels last in
+    either output layout; not returned). ``output_layout``: ``CHANNELS_LAST``, the output
+    [N*prod(in_size), C_in] returned as [N, *in_size, C_in]; or ``CHANNELS_FIRST``, [N, C_in,
+    prod(in_size)] returned as [N, C_in, *in_size] (NC[D]HW-contiguous, written so by the
+    epilogue, each phase row to its input position: no transposing pass)."""
     problem = unsupported(geometry, dtype)
     if problem:
         raise ValueError(problem)
-    q = Grad(Problem(geometry, dtype), bias)
+    q = Grad(Problem(geometry, dtype), bias, output_layout)
     config = dgrad_default(q) if kernel is None else ConvLaunch(kernel, **launch)
     if config.kernel == "direct":
         return _dgrad_direct(q, config, names)
@@ -472,15 +490,27 @@ def _dgrad_params(q: Grad, config: ConvLaunch, names):
     if q.bias:
         params.append(("bias", (g.in_channels,)))
         dtypes.append(q.dtype)
-    params.append(("output", (q.problem.rows_in, g.in_channels)))
+    positions = math.prod(g.in_size)
+    params.append(("output", (g.batch, g.in_channels, positions) if q.channels_first
+                   else (q.problem.rows_in, g.in_channels)))
     dtypes.append(q.dtype)
     outputs = {"output": q.dtype}
     if config.kernel == "split_k":
         params.append(("workspace", (config.splits, q.problem.rows_in, g.in_channels)))
         dtypes.append(torch.float32)
         outputs["workspace"] = torch.float32
-    returns = (("output", (g.batch, *g.in_size, g.in_channels)),)
-    return tuple(params), dtypes, outputs, returns
+    returned = (g.batch, g.in_channels, *g.in_size) if q.channels_first else (g.batch, *g.in_size, g.in_channels)
+    return tuple(params), dtypes, outputs, (("output", returned),)
+
+
+def _dgrad_store(q: Grad, rows: int, channels: int):
+    """The channels-first store of ``rows`` phase rows x ``channels`` staged outputs (None: channels
+    last): ``store(tile, Y, row0, col0, phase, col_count, first_col)``, each phase row to its input
+    position (:func:`_dx_row`; rows past the input left out)."""
+    channels_first = q.channels_first
+    if channels_first is None:
+        return None
+    return channels_first.store(rows, channels, lambda m, phase: _dx_row(q, m, phase))
 
 
 def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) -> KernelSpec:
@@ -499,7 +529,12 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
         raise ValueError("the data gradient splits K at stride 1 with one group only")
     per_split = -(-k_tiles // splits)
     uniform = all(len(set(d.count)) == 1 for d in q.dims)  # every phase runs max_taps taps
-    reduce = ordered_sum(splits, rows, C_in, lambda total, c, Bias, _, __: T.Cast(dt, _bias_add(q, total, c, Bias)))
+    # Split-K runs at stride 1, where the phase rows are the input's: the sum stores them as they are.
+    reduce = ordered_sum(splits, rows, C_in, lambda total, c, Bias, _, __: T.Cast(dt, _bias_add(q, total, c, Bias)),
+                         q.channels_first)
+    store = _dgrad_store(q, bM, bN)
+    # Split-K blocks stage fp32 partials for the channels-last workspace; the others, the output.
+    staged_columns = q.channels_first.columns(bN) if store and not split else bN
 
     _smem = tile_allocator(emulate_gemm)
     zero, product = zero_fill(emulate_gemm), tile_product(emulate_gemm)
@@ -539,7 +574,7 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
             A_s = _smem((bM, bK), dt)
             B_s = _smem((bK, bN), dt)
             acc = T.alloc_fragment((bM, bN), F32)
-            C_s = _smem((bM, bN), F32 if split else dt)
+            C_s = _smem((bM, staged_columns), F32 if split else dt)
             zero(acc)
             for ko in T.Pipelined(_extent(bz), num_stages=stages):
                 for i, kk in T.Parallel(bM, bK):
@@ -551,9 +586,12 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
             else:
                 for i, j in T.Parallel(bM, bN):
                     C_s[i, j] = T.Cast(dt, _bias_add(q, acc[i, j], _group(bz) * Cg + T.min(bx * bN + j, Cg - 1), Bias))
-                for i, j in T.Parallel(bM, bN):
-                    if _dx_row(q, by * bM + i, _phase(bz))[0] and bx * bN + j < Cg:
-                        Y[_dx_row(q, by * bM + i, _phase(bz))[1], _group(bz) * Cg + bx * bN + j] = C_s[i, j]
+                if store is not None:
+                    store(C_s, Y, by * bM, bx * bN, _phase(bz), Cg, _group(bz) * Cg)
+                else:
+                    for i, j in T.Parallel(bM, bN):
+                        if _dx_row(q, by * bM + i, _phase(bz))[0] and bx * bN + j < Cg:
+                            Y[_dx_row(q, by * bM + i, _phase(bz))[1], _group(bz) * Cg + bx * bN + j] = C_s[i, j]
         if split:
             reduce(Work, Y, Bias, None, None)
 
@@ -561,7 +599,8 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
     roles = ["dy", "w", *(["bias"] if q.bias else []), "y", *(["work"] if split else [])]
     prim_func = prim_func_over(params, dtypes, lambda a: body(a["dy"], a["w"], a.get("bias"), a["y"], a.get("work")), roles)
     return KernelSpec(prim_func, params, outputs, returns,
-                      {**config.as_dict(), "k_tiles": k_tiles, "phases": phases, "op": "dgrad"})
+                      {**config.as_dict(), "k_tiles": k_tiles, "phases": phases, "op": "dgrad",
+                       "output_layout": q.output_layout})
 
 
 def _bias_add(q: Grad, value, column, Bias):
@@ -580,6 +619,7 @@ def _dgrad_direct(q: Grad, config: ConvLaunch, names) -> KernelSpec:
     bM, bN, threads = config.block_M, config.block_N, config.threads
     Cg, Og, C_in, phases, rows = p.cg, p.og, g.in_channels, q.phases, q.rows
     uniform = all(len(set(d.count)) == 1 for d in q.dims)
+    store = _dgrad_store(q, bM, bN)
 
     def _phase(bz):
         return bz if phases > 1 else 0
@@ -606,15 +646,22 @@ def _dgrad_direct(q: Grad, config: ConvLaunch, names) -> KernelSpec:
                     for i, j in T.Parallel(bM, bN):
                         acc[i, j] += (T.Cast(F32, _dy(dY, by * bM + i, bz, t, T.min(bx * bN + j, C_in - 1), co))
                                       * T.Cast(F32, _w(Wt, bz, t, T.min(bx * bN + j, C_in - 1), co)))
-            for i, j in T.Parallel(bM, bN):
-                if _dx_row(q, by * bM + i, _phase(bz))[0] and bx * bN + j < C_in:
-                    Y[_dx_row(q, by * bM + i, _phase(bz))[1], bx * bN + j] = T.Cast(
-                        dt, _bias_add(q, acc[i, j], bx * bN + j, Bias))
+            if store is not None:
+                staged = T.alloc_shared((bM, q.channels_first.columns(bN)), dt)
+                for i, j in T.Parallel(bM, bN):
+                    staged[i, j] = T.Cast(dt, _bias_add(q, acc[i, j], T.min(bx * bN + j, C_in - 1), Bias))
+                store(staged, Y, by * bM, bx * bN, _phase(bz), C_in, 0)
+            else:
+                for i, j in T.Parallel(bM, bN):
+                    if _dx_row(q, by * bM + i, _phase(bz))[0] and bx * bN + j < C_in:
+                        Y[_dx_row(q, by * bM + i, _phase(bz))[1], bx * bN + j] = T.Cast(
+                            dt, _bias_add(q, acc[i, j], bx * bN + j, Bias))
 
     params, dtypes, outputs, returns = _dgrad_params(q, config, names)
     roles = ["dy", "w", *(["bias"] if q.bias else []), "y"]
     prim_func = prim_func_over(params, dtypes, lambda a: body(a["dy"], a["w"], a.get("bias"), a["y"], None), roles)
-    return KernelSpec(prim_func, params, outputs, returns, {**config.as_dict(), "phases": phases, "op": "dgrad"})
+    return KernelSpec(prim_func, params, outputs, returns,
+                      {**config.as_dict(), "phases": phases, "op": "dgrad", "output_layout": q.output_layout})
 
 
 # -- the weight gradient ---------------------------------------------------------------------------

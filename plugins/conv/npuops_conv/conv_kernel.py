@@ -109,20 +109,27 @@ class ChannelsFirst:
         the store's reads down a column (a row a thread) fall in distinct banks, not all in one."""
         return channels + 4 // self.dtype.itemsize
 
-    def store(self, rows: int, channels: int):
+    def store(self, rows: int, channels: int, output_row=None):
         """A macro ``store(tile, Y, row0, col0, row_count, col_count, first_col)``: the ``rows`` x
         ``channels`` outputs staged in ``tile``, (i, j) being row ``row0 + i`` and channel
         ``first_col + col0 + j``, into ``Y``; rows from ``row_count`` on and ``col0 + j`` from
-        ``col_count`` on left out."""
+        ``col_count`` on left out. ``output_row(row, row_count)``: (whether it is written, its row
+        m of ``Y``) of the tile's row ``row0 + i``, given the macro's ``row_count`` argument, for
+        a kernel whose rows are not ``Y``'s (the data gradient's stride phases: ``row_count`` is
+        then its phase); by default ``(row < row_count, row)``."""
         import tilelang.language as T
 
         positions = self.positions
+        if output_row is None:
+            def output_row(row, row_count):
+                return row < row_count, row
 
         @T.macro
         def store(tile, Y, row0, col0, row_count, col_count, first_col):
             for j, i in T.Parallel(channels, rows):
-                if row0 + i < row_count and col0 + j < col_count:
-                    Y[(row0 + i) // positions, first_col + col0 + j, (row0 + i) % positions] = tile[i, j]
+                if output_row(row0 + i, row_count)[0] and col0 + j < col_count:
+                    Y[output_row(row0 + i, row_count)[1] // positions, first_col + col0 + j,
+                      output_row(row0 + i, row_count)[1] % positions] = tile[i, j]
 
         return store
 

@@ -19,7 +19,8 @@ run torch's function. The forward functions return the layout torch's returns fo
 (:func:`npuops_conv.layouts.torch_output_layout`: channels last where the input or the weight is;
 conv1d's NLC where its weight is), which the front passes as the op function's ``output_layout``:
 the NC[D]HW view of the kernel's channels-last output, or an NC[D]HW-contiguous output the kernel
-writes itself. ``conv_transpose2d``'s kernel writes channels last only.
+writes itself. ``conv_transpose2d`` likewise (torch's rule is the same for it; its kernel, the data
+gradient's, writes each stride phase's rows to their input positions).
 
 Gradients: ``conv2d``'s and ``conv_transpose2d``'s backward runs our gradient ops as functions
 (Conv2dDgrad, Conv2dWgrad; Conv2dFwd for a transposed conv's input), computing only the gradients
@@ -179,11 +180,16 @@ _CAUSAL = {has_bias: _op(f"conv1d_causal{'_bias' if has_bias else ''}", "Conv1dC
                          padding=False)
            for has_bias in (False, True)}
 _BIAS_RELU = _op("conv2d_bias_relu", "Conv2dBiasRelu", 2, bias=True)
+
+
+def _torch_conv_transpose2d(input, weight, bias=None, output_layout=CHANNELS_LAST, **given):
+    """torch's function for calls the op cannot express (``output_layout``: as for _torch_conv)."""
+    return F.conv_transpose2d(input, weight, bias, **given)
+
+
 _TRANSPOSE = {has_bias: _op(f"conv_transpose2d{'_bias' if has_bias else ''}", "Conv2dTranspose", 2, bias=has_bias,
-                            params=("stride", "padding", "output_padding", "groups", "dilation"),
-                            fallback=lambda input, weight, bias=None, **given: F.conv_transpose2d(input, weight, bias,
-                                                                                                  **given),
-                            backward=_conv_transpose2d_backward)
+                            params=("stride", "padding", "output_padding", "groups", "dilation", "output_layout"),
+                            fallback=_torch_conv_transpose2d, backward=_conv_transpose2d_backward)
               for has_bias in (False, True)}
 _FP8 = _op("conv2d_fp8", "Conv2dFp8Fwd", 2, bias=None, tensors=("x_scale", "w_scale"))
 
@@ -218,8 +224,8 @@ def _conv(dims: int, input, weight, bias, stride, padding, dilation, groups):
 
 
 # -- the drop-ins ---------------------------------------------------------------------------------
-# The forward convolutions' fronts return the layout torch's function returns for their tensors'
-# (torch_output_layout), so that layout joins their fast path's signature (by_layout).
+# The convolutions' fronts (conv_transpose2d's too) return the layout torch's function returns for
+# their tensors' (torch_output_layout), so that layout joins their fast path's signature (by_layout).
 @drop_in(by_layout=True)
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """``torch.nn.functional.conv1d``."""
@@ -238,10 +244,10 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv(3, input, weight, bias, stride, padding, dilation, groups)
 
 
-@drop_in
+@drop_in(by_layout=True)
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """``torch.nn.functional.conv_transpose2d`` (our kernel: the data gradient of the conv it
-    transposes, by stride phases)."""
+    transposes, by stride phases; the output in torch's layout, as the forward functions')."""
     with_batch = batched(input, 2)
     geometry = [int_tuple(v, 2) for v in (stride, padding, output_padding, dilation)]
     fn = _TRANSPOSE[bias is not None]
@@ -252,7 +258,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     x, added = with_batch
     step, pad, out_pad, dilated = geometry
     tensors = (x, weight) if bias is None else (x, weight, bias)
-    return unbatched(fn(*tensors, step, pad, out_pad, groups, dilated), added)
+    return unbatched(fn(*tensors, step, pad, out_pad, groups, dilated, torch_output_layout(x, weight)), added)
 
 
 # -- the ops torch has no function for ------------------------------------------------------------

@@ -25,10 +25,12 @@ def forward_spec(op, w, **launch):
 
 
 def dgrad_spec(op, w):
+    """The direct data gradient of ``w`` in the output layout the op is asked for."""
     from npuops_conv.conv_grad_kernel import dgrad_kernel
 
     return dgrad_kernel(op.geometry(w), w.dtype_of("input"), op.kernel_bias(w), op.kernel_inputs, kernel="direct",
-                        block_M=16, block_N=4, block_K=0, num_stages=0, threads=64, splits=1)
+                        block_M=16, block_N=4, block_K=0, num_stages=0, threads=64, splits=1,
+                        output_layout=op.output_layout(w))
 
 
 def wgrad_spec(op, w):
@@ -103,7 +105,8 @@ def use_cpu_target_kernels(monkeypatch, specs: dict[str, Callable],
             received(fn.op, {**tensors, "output": output})
             return output
 
-        # the forward ops' output layout, as their build binds it (the gradients' write channels last)
+        # the output layout the op is asked for, as its build binds it (Conv2dDgrad's and
+        # Conv2dWgrad's: channels last)
         output_layout = op.config(w).get("output_layout", CHANNELS_LAST)
         kernel = channels_last_kernel(bound if received is None else seen, output_layout)
         read = [name not in fn.shape_only for name in made.names]

@@ -6,8 +6,8 @@ inputs are converted as before. Either way the output is in the layout torch's f
 weight is), written so by our kernel: a channels-last output is the NC[D]HW view of the kernel's,
 an NC[D]HW-contiguous one the kernel's own (its epilogue writes it channels first, no copy).
 Gradients of channels-last inputs run our gradient kernels. The same for the functions of the
-other ops, which go through the same binding: ``conv_transpose2d`` (our data-gradient kernel, which
-writes channels last only), ``conv1d_causal``, ``conv2d_bias_relu`` (the fused epilogue) and
+other ops, which go through the same binding: ``conv_transpose2d`` (our data-gradient kernel, its
+stride phases' rows stored channels first to their positions), ``conv1d_causal``, ``conv2d_bias_relu`` (the fused epilogue) and
 ``conv2d_fp8``. Checked with our kernels built for TileLang's CPU target in place of the GPU's (see
 conv_cpu_kernels; conv2d_fp8: the CPU target builds no fp8 GEMM, so a stand-in of the kernel
 checks the call's routing), and on a GPU (marker ``gpu``) in bf16 and f16 (conv2d_fp8: fp8
@@ -47,10 +47,7 @@ def _is_channels_last(t: torch.Tensor) -> bool:
 def _returns_channels_last(fn, x: torch.Tensor, w: torch.Tensor) -> bool:
     """Whether torch's function returns channels last for ``x`` and ``w`` (none of size 1 but the
     batch) on the GPU: where either is channels last (cuDNN's rule); the 1-d convolutions (run as a
-    conv2d of the input made contiguous): where the weight is. conv_transpose2d: ours writes
-    channels last only (our data-gradient kernel)."""
-    if fn is F.conv_transpose2d:
-        return True
+    conv2d of the input made contiguous): where the weight is."""
     return _is_channels_last(w) if w.dim() == 3 else _is_channels_last(x) or _is_channels_last(w)
 
 
@@ -94,6 +91,7 @@ CASES = {
     # weight [C_in of x, C_out / groups, kH, kW]
     "conv-transpose2d-stride2-bias": (F.conv_transpose2d, (2, 6, 5, 4), (6, 4, 3, 3), True,
                                       {"stride": 2, "padding": 1, "output_padding": 1}),
+    "conv-transpose2d-stride1": (F.conv_transpose2d, (2, 6, 5, 4), (6, 5, 3, 3), False, {"padding": 1}),
     "conv-transpose2d-groups-dilated": (F.conv_transpose2d, (1, 8, 4, 5), (8, 3, 2, 3), False,
                                         {"stride": (1, 2), "padding": (0, 1), "groups": 2, "dilation": (2, 1)}),
     "conv1d-causal-nlc-bias": (F.conv1d_causal, (2, 8, 11), (6, 8, 3), True, {"dilation": 2}),
@@ -189,9 +187,9 @@ def _check_output(fn, x, w, y, want, written):
     else:
         assert y.is_contiguous()
         assert y.view(len(y), -1).shape == want.view(len(want), -1).shape
-    # torch's CPU conv1d/conv2d follow the GPU's rule (its conv3d, by dtype and shape, not always);
-    # conv_transpose2d of an NCHW input: torch's output is NCHW-contiguous, ours channels last
-    if x.dim() < 5 and not (fn is F.conv_transpose2d and x.is_contiguous()):
+    # torch's CPU conv1d/conv2d/conv_transpose2d follow the GPU's rule (its conv3d, by dtype and
+    # shape, not always)
+    if x.dim() < 5:
         assert y.stride() == want.stride()
 
 
@@ -383,10 +381,11 @@ def test_channels_last_runs_our_kernels_without_conversion_on_the_gpu(name, dtyp
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
-@pytest.mark.parametrize("name", [name for name, case in GPU_CASES.items() if case[0] is not F.conv_transpose2d])
+@pytest.mark.parametrize("name", GPU_CASES)
 def test_contiguous_inputs_get_torch_s_contiguous_output_on_the_gpu(name, dtype):
     """NC[D]HW-contiguous input and weight: our kernel (converting the input) writes the output
-    NC[D]HW-contiguous itself, torch's strides (conv_transpose2d's kernel writes channels last)."""
+    NC[D]HW-contiguous itself, torch's strides (conv_transpose2d's: its data-gradient kernel's
+    stride phases)."""
     fn, x_shape, w_shape, bias, kwargs = GPU_CASES[name]
     torch.manual_seed(19)
     x = _randn(*x_shape, dtype=dtype, device="cuda")

@@ -29,6 +29,7 @@ from npuops_conv.conv_grad_kernel import (
     wgrad_variants,
 )
 from npuops_conv.conv_kernel import ConvLaunch, Problem
+from npuops_conv.layouts import CHANNELS_FIRST, CHANNELS_LAST
 from npuops_conv.ops._geometry import ConvGeometry
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
@@ -46,8 +47,11 @@ def geo(batch, c_in, c_out, size, kernel, stride=1, pad=0, dilation=1, groups=1,
                         dims(dilation), groups, bias)
 
 
-def grad(g, dtype=F16, bias=False):
-    return Grad(Problem(g, dtype), bias)
+def grad(g, dtype=F16, bias=False, output_layout=CHANNELS_LAST):
+    return Grad(Problem(g, dtype), bias, output_layout)
+
+
+LAYOUTS = pytest.mark.parametrize("output_layout", [CHANNELS_LAST, CHANNELS_FIRST])
 
 
 def catalog():
@@ -137,6 +141,20 @@ def test_specs_describe_channels_last_tensors():
     assert spec.outputs["workspace"] == spec.outputs["bias_workspace"] == F32
 
 
+def test_a_channels_first_dgrad_output_is_declared_and_returned_nchw():
+    g = geo(2, 64, 32, (10, 12), 3, stride=2, pad=1, bias=True)
+    for launch in ({}, {"kernel": "direct", "block_M": 16, "block_N": 64, "block_K": 0, "num_stages": 0,
+                        "threads": 256, "splits": 1}):
+        spec = dgrad_kernel(g, F16, True, ("input", "weight"), output_layout=CHANNELS_FIRST, **launch)
+        assert dict(spec.params)["output"] == (2, 64, 120)
+        assert spec.returns == (("output", (2, 64, 10, 12)),)
+        assert spec.config["output_layout"] == CHANNELS_FIRST
+    split = dgrad_kernel(geo(1, 256, 2048, (8, 8), 3, pad=1), F16, output_layout=CHANNELS_FIRST,
+                         kernel="split_k", block_M=64, block_N=64, block_K=64, num_stages=3, threads=128, splits=4)
+    assert dict(split.params)["output"] == (1, 256, 64) and dict(split.params)["workspace"] == (4, 64, 256)
+    assert dgrad_kernel(g, F16).config["output_layout"] == CHANNELS_LAST
+
+
 def test_unsupported_dtypes_and_sizes_are_named():
     assert "float8" in unsupported(geo(1, 4, 4, (5, 5), 3), torch.float8_e4m3fn)
     assert "2^31" in unsupported(geo(1, 1024, 8, (2048, 2048), 1), F16)
@@ -156,7 +174,20 @@ COMPILED = [
 ]
 
 
-@pytest.mark.parametrize("name,build", COMPILED, ids=[c[0] for c in COMPILED])
+# The data gradient's channels-first epilogue: the phase GEMM's (stride 2, bias), split-K's sum's,
+# the direct kernel's.
+COMPILED_CHANNELS_FIRST = [
+    ("dgrad-stride2-phases-bias", lambda: dgrad_kernel(geo(1, 128, 256, (56, 56), 5, stride=2, pad=2, bias=True),
+                                                       F16, True, ("input", "weight"), output_layout=CHANNELS_FIRST)),
+    ("transpose-split-k-bias", lambda: dgrad_kernel(geo(1, 256, 2048, (32, 32), 3, pad=12, dilation=12, bias=True),
+                                                    F16, True, ("input", "weight"), output_layout=CHANNELS_FIRST)),
+    ("dgrad-depthwise-stride2-direct", lambda: dgrad_kernel(geo(1, 32, 32, (56, 56), 3, stride=2, pad=1, groups=32),
+                                                            BF16, output_layout=CHANNELS_FIRST)),
+]
+
+
+@pytest.mark.parametrize("name,build", COMPILED + COMPILED_CHANNELS_FIRST,
+                         ids=[c[0] for c in COMPILED] + [f"{c[0]}-channels-first" for c in COMPILED_CHANNELS_FIRST])
 def test_kernel_compiles_for_sm90(name, build):
     pytest.importorskip("tilelang")
     spec = build()
@@ -217,36 +248,49 @@ CPU_DGRAD = [
 ]
 
 
+def _laid_out(output: torch.Tensor, ref: torch.Tensor, output_layout: str) -> torch.Tensor:
+    """A kernel's ``output`` as the channels-last ``ref`` [N, *spatial, C] (its values, in either
+    layout the kernel wrote them: channels first, [N, C, positions])."""
+    if output_layout == CHANNELS_LAST:
+        return output.view(ref.shape)
+    return output.view(ref.movedim(-1, 1).shape).movedim(1, -1)
+
+
+@LAYOUTS
 @pytest.mark.parametrize("name,g", CPU_DGRAD, ids=[c[0] for c in CPU_DGRAD])
-def test_dgrad_matches_torch_on_the_cpu_target(name, g):
+def test_dgrad_matches_torch_on_the_cpu_target(name, g, output_layout):
     """The direct kernel and the phase GEMM (T.gemm emulated; its K tiles straddle the group's
-    output channels, its N tiles the group's input channels) on the same inputs."""
+    output channels, its N tiles the group's input channels) on the same inputs, in either output
+    layout (channels first: each phase's rows stored to their input positions)."""
     pytest.importorskip("tilelang")
     gen = torch.Generator().manual_seed(1)
     dy = torch.randn(g.batch, *g.out_size, g.out_channels, generator=gen)
     w = torch.randn(g.out_channels, *g.kernel, g.in_channels // g.groups, generator=gen)
     bias = torch.randn(g.in_channels, generator=gen)
     ref = dgrad_reference(g, dy, w)
-    direct = dgrad_kernel(g, F32, kernel="direct", block_M=16, block_N=4, block_K=0, num_stages=0, threads=64, splits=1)
-    torch.testing.assert_close(run_cpu(direct, grad_output=dy, weight=w)["output"].view(ref.shape), ref,
+    direct = dgrad_kernel(g, F32, kernel="direct", block_M=16, block_N=4, block_K=0, num_stages=0, threads=64, splits=1,
+                          output_layout=output_layout)
+    torch.testing.assert_close(_laid_out(run_cpu(direct, grad_output=dy, weight=w)["output"], ref, output_layout), ref,
                                atol=1e-4, rtol=1e-4)
-    gemm = _dgrad_gemm(grad(g, F32, bias=True), ConvLaunch("gemm", 16, 8, 8, 1, 32, 1), ("input", "weight"),
-                       emulate_gemm=True)
-    torch.testing.assert_close(run_cpu(gemm, input=dy, weight=w, bias=bias)["output"].view(ref.shape),
+    gemm = _dgrad_gemm(grad(g, F32, bias=True, output_layout=output_layout), ConvLaunch("gemm", 16, 8, 8, 1, 32, 1),
+                       ("input", "weight"), emulate_gemm=True)
+    torch.testing.assert_close(_laid_out(run_cpu(gemm, input=dy, weight=w, bias=bias)["output"], ref, output_layout),
                                ref + bias, atol=1e-4, rtol=1e-4)
 
 
-def test_dgrad_split_k_matches_torch_on_the_cpu_target():
+@LAYOUTS
+def test_dgrad_split_k_matches_torch_on_the_cpu_target(output_layout):
     pytest.importorskip("tilelang")
     g = geo(1, 12, 20, (6, 7), 3, pad=2, dilation=2)
     gen = torch.Generator().manual_seed(2)
     dy = torch.randn(g.batch, *g.out_size, g.out_channels, generator=gen)
     w = torch.randn(g.out_channels, *g.kernel, g.in_channels, generator=gen)
-    spec = _dgrad_gemm(grad(g, F32), ConvLaunch("split_k", 16, 8, 8, 1, 32, 4), ("grad_output", "weight"),
-                       emulate_gemm=True)  # 9 taps x 3 K tiles over 4 splits: the last split has a tail
-    ref = dgrad_reference(g, dy, w)
-    torch.testing.assert_close(run_cpu(spec, grad_output=dy, weight=w)["output"].view(ref.shape), ref,
-                               atol=1e-4, rtol=1e-4)
+    bias = torch.randn(g.in_channels, generator=gen)
+    spec = _dgrad_gemm(grad(g, F32, bias=True, output_layout=output_layout), ConvLaunch("split_k", 16, 8, 8, 1, 32, 4),
+                       ("input", "weight"), emulate_gemm=True)  # 9 taps x 3 K tiles over 4 splits: the last has a tail
+    ref = dgrad_reference(g, dy, w, bias)
+    torch.testing.assert_close(_laid_out(run_cpu(spec, input=dy, weight=w, bias=bias)["output"], ref, output_layout),
+                               ref, atol=1e-4, rtol=1e-4)
 
 
 CPU_WGRAD = [

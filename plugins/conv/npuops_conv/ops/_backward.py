@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..layouts import CHANNELS_LAST
 from ._conv_op import ConvOp
 from ._geometry import LAYOUT_2D, ConvGeometry, conv_params, forward_geometry
 
@@ -51,7 +52,9 @@ class DataGradientKernel:
     """The kernel interface of the ops that compute a convolution's data gradient (Conv2dDgrad, and
     Conv2dTranspose, its adjoint form): ``conv_grad_kernel.dgrad_kernel`` over the forward
     geometry. ``kernel_inputs``: the op's names of dy and the weight; ``kernel_bias``: whether the
-    workload's bias is added to the output (the transpose's; C_in channels)."""
+    workload's bias is added to the output (the transpose's; C_in channels); the workload param
+    ``output_layout`` (``_forward.OUTPUT_LAYOUT``, where the op has it: Conv2dTranspose), the
+    layout the kernel writes the output in (channels last otherwise)."""
 
     kernel_inputs: tuple[str, str] = ("grad_output", "weight")
     kernel_description = ("TileLang implicit GEMM over grad_output with the transposed weight on tensor cores, "
@@ -72,13 +75,18 @@ class DataGradientKernel:
 
         return dgrad_variants(Grad(Problem(self.geometry(w), w.dtype_of("input")), self.kernel_bias(w)))
 
+    def output_layout(self, w) -> str:
+        """The layout our kernel writes ``w``'s output in."""
+        return self.config(w).get("output_layout", CHANNELS_LAST)
+
     def tilelang_build(self, w, device, config=None):
         from ..conv_grad_kernel import dgrad_kernel
         from ..layouts import channels_last_kernel
 
+        layout = self.output_layout(w)
         spec = dgrad_kernel(self.geometry(w), w.dtype_of("input"), self.kernel_bias(w), self.kernel_inputs,
-                            **(config or {}))
-        return channels_last_kernel(spec.compile(device))
+                            output_layout=layout, **(config or {}))
+        return channels_last_kernel(spec.compile(device), layout)
 
 
 class WeightGradientKernel:

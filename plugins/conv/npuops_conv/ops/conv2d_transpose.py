@@ -5,6 +5,7 @@ from npuops import KernelOp, Param
 
 from ._backward import DataGradientKernel
 from ._conv_op import BIAS_STD, ConvOp, TensorSpec, kaiming_std
+from ._forward import OUTPUT_LAYOUT
 from ._geometry import (
     BIAS,
     DILATION,
@@ -39,7 +40,8 @@ class Conv2dTranspose(DataGradientKernel, ConvOp, KernelOp):
     bias ~ N(0, 0.1²), so outputs are O(1).
 
     Our kernel: the data gradient of the forward conv (``conv_grad_kernel.dgrad_kernel``, the same
-    computation), plus the bias over C_in in its epilogue; channels-last input and weight."""
+    computation), plus the bias over C_in in its epilogue; channels-last input and weight. Param
+    ``output_layout``: see ``_forward.OUTPUT_LAYOUT`` (the function passes torch's)."""
 
     name = "Conv2dTranspose"
     summary = "2-d transposed convolution (PyTorch F.conv_transpose2d)"
@@ -59,6 +61,7 @@ class Conv2dTranspose(DataGradientKernel, ConvOp, KernelOp):
         "output_padding": Param(
             0, "extra rows/columns on the output's bottom/right; below the stride", types=(int, tuple)
         ),
+        "output_layout": OUTPUT_LAYOUT,
     }
     required_tensors = ("input",)
     optional_tensors = ("weight", "bias")
