@@ -636,30 +636,13 @@ _front_calls = _FrontCalls()
 
 def _fast_call(function: DropIn, plan: _Plan, positions: tuple[int, ...]) -> Callable[[tuple], Any]:
     """What a front call of one signature came down to, as a function of the front's arguments:
-    ``function``'s ``plan`` run on those at ``positions`` (as they are). The launch is inlined (one
-    Python frame fewer on model code's every call); a call the kernel cannot take, or a plan whose
-    kernel has failed, goes to ``DropIn._run``, which holds the fallbacks and counts them."""
+    ``function``'s ``plan`` run on those at ``positions`` (as they are) by ``DropIn._run``, which
+    holds the layout checks, the launch and its fallbacks (a call the kernel cannot take runs the
+    plan's formulation, counted with its reason)."""
     take, run, several = operator.itemgetter(*positions), function._run, len(positions) > 1
-    accepts, single, fn = plan.accepts, function._single, function.fn
 
     def fast(values: tuple) -> Any:
-        tensors = take(values) if several else (take(values),)
-        launch = plan.launch
-        if launch is None:
-            return run(None, tensors, plan)
-        for t in tensors:
-            if not accepts(t) or t.data_ptr() % VECTOR_BYTES:
-                return run(None, tensors, plan)
-        try:
-            outputs = launch(*tensors)
-        except Exception:  # noqa: BLE001 - _run launches again and reports the failure
-            return run(None, tensors, plan)
-        plan.launches += 1
-        result = outputs if single else _pick(fn, outputs)
-        recorder = _front_calls.recorder
-        if recorder is not None:
-            recorder.append((function, plan, tensors, result))
-        return result
+        return run(None, take(values) if several else (take(values),), plan)
 
     return fast
 
