@@ -67,7 +67,7 @@ evaluates the prim_funcs' parameter annotations).
 import dataclasses
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import torch
 from npuops import H200_SMS, KernelSpec, tilelang_dtype
@@ -503,16 +503,6 @@ def _dgrad_params(q: Grad, config: ConvLaunch, names):
     return tuple(params), dtypes, outputs, (("output", returned),)
 
 
-def _dgrad_store(q: Grad, rows: int, channels: int):
-    """The channels-first store of ``rows`` phase rows x ``channels`` staged outputs (None: channels
-    last): ``store(tile, Y, row0, col0, phase, col_count, first_col)``, each phase row to its input
-    position (:func:`_dx_row`; rows past the input left out)."""
-    channels_first = q.channels_first
-    if channels_first is None:
-        return None
-    return channels_first.store(rows, channels, lambda m, phase: _dx_row(q, m, phase))
-
-
 def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) -> KernelSpec:
     """The phase GEMM (``emulate_gemm``: T.gemm replaced by a scalar loop, for the CPU target)."""
     import tilelang.language as T
@@ -532,7 +522,9 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
     # Split-K runs at stride 1, where the phase rows are the input's: the sum stores them as they are.
     reduce = ordered_sum(splits, rows, C_in, lambda total, c, Bias, _, __: T.Cast(dt, _bias_add(q, total, c, Bias)),
                          q.channels_first)
-    store = _dgrad_store(q, bM, bN)
+    # Channels first: each phase row to its input position (rows past the input left out), the
+    # store's row_count being the phase.
+    store = q.channels_first.store(bM, bN, partial(_dx_row, q)) if q.channels_first else None
     # Split-K blocks stage fp32 partials for the channels-last workspace; the others, the output.
     staged_columns = q.channels_first.columns(bN) if store and not split else bN
 
@@ -619,7 +611,7 @@ def _dgrad_direct(q: Grad, config: ConvLaunch, names) -> KernelSpec:
     bM, bN, threads = config.block_M, config.block_N, config.threads
     Cg, Og, C_in, phases, rows = p.cg, p.og, g.in_channels, q.phases, q.rows
     uniform = all(len(set(d.count)) == 1 for d in q.dims)
-    store = _dgrad_store(q, bM, bN)
+    write = q.channels_first.write(bM, bN, partial(_dx_row, q)) if q.channels_first else None  # as the GEMM's
 
     def _phase(bz):
         return bz if phases > 1 else 0
@@ -646,11 +638,9 @@ def _dgrad_direct(q: Grad, config: ConvLaunch, names) -> KernelSpec:
                     for i, j in T.Parallel(bM, bN):
                         acc[i, j] += (T.Cast(F32, _dy(dY, by * bM + i, bz, t, T.min(bx * bN + j, C_in - 1), co))
                                       * T.Cast(F32, _w(Wt, bz, t, T.min(bx * bN + j, C_in - 1), co)))
-            if store is not None:
-                staged = T.alloc_shared((bM, q.channels_first.columns(bN)), dt)
-                for i, j in T.Parallel(bM, bN):
-                    staged[i, j] = T.Cast(dt, _bias_add(q, acc[i, j], T.min(bx * bN + j, C_in - 1), Bias))
-                store(staged, Y, by * bM, bx * bN, _phase(bz), C_in, 0)
+            if write is not None:
+                write(lambda i, j: T.Cast(dt, _bias_add(q, acc[i, j], T.min(bx * bN + j, C_in - 1), Bias)),
+                      Y, by * bM, bx * bN, _phase(bz), C_in, 0)
             else:
                 for i, j in T.Parallel(bM, bN):
                     if _dx_row(q, by * bM + i, _phase(bz))[0] and bx * bN + j < C_in:

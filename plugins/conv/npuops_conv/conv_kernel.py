@@ -127,11 +127,34 @@ class ChannelsFirst:
         @T.macro
         def store(tile, Y, row0, col0, row_count, col_count, first_col):
             for j, i in T.Parallel(channels, rows):
-                if output_row(row0 + i, row_count)[0] and col0 + j < col_count:
-                    Y[output_row(row0 + i, row_count)[1] // positions, first_col + col0 + j,
-                      output_row(row0 + i, row_count)[1] % positions] = tile[i, j]
+                # The pair under one name: unpacked (`written, row = ...`), each would be let-bound.
+                target = output_row(row0 + i, row_count)
+                if target[0] and col0 + j < col_count:
+                    Y[target[1] // positions, first_col + col0 + j, target[1] % positions] = tile[i, j]
 
         return store
+
+    def write(self, rows: int, channels: int, output_row=None):
+        """``write(value, Y, row0, col0, row_count, col_count, first_col)``: the outputs
+        ``value(i, j)`` (a callable of the tile's row and column) staged in a padded shared tile
+        (:meth:`columns`), then stored as :meth:`store` does, which the arguments are passed to."""
+        import tilelang.language as T
+
+        store = self.store(rows, channels, output_row)
+
+        @T.macro
+        def stage(value):
+            staged = T.alloc_shared((rows, self.columns(channels)), tilelang_dtype(self.dtype))
+            for i, j in T.Parallel(rows, channels):
+                staged[i, j] = value(i, j)
+            return staged
+
+        # Not a macro: a macro's arguments are let-bound on entry, which would put the store's
+        # bindings ahead of the staging loop instead of after it.
+        def write(value, Y, row0, col0, row_count, col_count, first_col):
+            store(stage(value), Y, row0, col0, row_count, col_count, first_col)
+
+        return write
 
 
 @dataclass(frozen=True)
@@ -534,7 +557,7 @@ def ordered_sum(splits: int, rows, cols: int, finish, channels_first: ChannelsFi
 
     r_cols = min(128, 1 << max(2, (cols - 1).bit_length()))  # whole 16-byte fp32 vectors along a row
     r_rows = max(1, REDUCE_ELEMENTS // r_cols)
-    store = channels_first.store(r_rows, r_cols) if channels_first else None
+    write = channels_first.write(r_rows, r_cols) if channels_first else None
 
     @T.macro
     def reduce(Work, Out, A, B, C):
@@ -548,10 +571,8 @@ def ordered_sum(splits: int, rows, cols: int, finish, channels_first: ChannelsFi
                         cy * r_rows + i < rows and cx * r_cols + j < cols,
                         Work[s, T.min(cy * r_rows + i, rows - 1), T.min(cx * r_cols + j, cols - 1)], T.float32(0))
             if channels_first is not None:
-                staged = T.alloc_shared((r_rows, channels_first.columns(r_cols)), tilelang_dtype(channels_first.dtype))
-                for i, j in T.Parallel(r_rows, r_cols):
-                    staged[i, j] = finish(total[i, j], T.min(cx * r_cols + j, cols - 1), A, B, C)
-                store(staged, Out, cy * r_rows, cx * r_cols, rows, cols, 0)
+                write(lambda i, j: finish(total[i, j], T.min(cx * r_cols + j, cols - 1), A, B, C),
+                      Out, cy * r_rows, cx * r_cols, rows, cols, 0)
             else:
                 for i, j in T.Parallel(r_rows, r_cols):
                     if cy * r_rows + i < rows and cx * r_cols + j < cols:
@@ -722,7 +743,7 @@ def direct_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
     sizes = _launch_sizes(p)
     M, Cg, Og, C_out, taps = sizes["rows"], p.cg, p.og, g.out_channels, p.taps
     channels_first = p.channels_first
-    store = channels_first.store(bM, bN) if channels_first else None
+    write = channels_first.write(bM, bN) if channels_first else None
 
     @T.macro
     def body(X, Wt, Bias, XS, WS, Y, Work):
@@ -738,10 +759,8 @@ def direct_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
                         x = T.if_then_else(inside, X[row, co // Og * Cg + c], 0)
                         acc[i, j] += T.Cast(F32, x) * T.Cast(F32, Wt[co, tap * Cg + c])
             if channels_first is not None:
-                staged = T.alloc_shared((bM, channels_first.columns(bN)), ot)
-                for i, j in T.Parallel(bM, bN):
-                    staged[i, j] = T.Cast(ot, _epilogue(p, acc[i, j], T.min(bx * bN + j, C_out - 1), Bias, XS, WS))
-                store(staged, Y, by * bM, bx * bN, M, C_out, 0)
+                write(lambda i, j: T.Cast(ot, _epilogue(p, acc[i, j], T.min(bx * bN + j, C_out - 1), Bias, XS, WS)),
+                      Y, by * bM, bx * bN, M, C_out, 0)
             else:
                 for i, j in T.Parallel(bM, bN):
                     if by * bM + i < M and bx * bN + j < C_out:
