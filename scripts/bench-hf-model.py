@@ -1,7 +1,7 @@
 """A Hugging Face decoder with its norms swapped for npuops' (``npuops.patch``) against the stock
 model, same weights, one model instance patched and unpatched in turn.
 
-    python scripts/bench-hf-model.py --out benchmarks/hf-llama-<gpu>.json            # on a GPU
+    python scripts/bench-hf-model.py --out benchmarks/h200/hf-llama.json            # on a GPU
     python scripts/bench-hf-model.py --device cpu --tokens 1,8 --unseen 11,13 \\
         --layers 1 --hidden 256 --vocab 1000 --out /tmp/hf.json                     # smoke test
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 from npuops.cli import main
@@ -142,3 +143,16 @@ def test_filters_apply_to_both_files_and_html_is_refused(capsys, files):
     assert main(["report", str(a), "--against", str(b), "--format", "html"]) == 2
     assert "--against renders" in capsys.readouterr().err
     assert main(["report", str(a), "--against", str(b.with_name("missing.jsonl"))]) == 2
+
+
+def test_the_committed_results_of_two_devices_compare(capsys):
+    """benchmarks/h100 against benchmarks/h200: the rows both devices timed (torch's, on the ops
+    both measured) matched, each speed-up the H200's time over the H100's."""
+    published = Path(__file__).resolve().parents[1] / "benchmarks"
+    doc = json.loads(compare(capsys, published / "h100" / "results.jsonl.gz", published / "h200" / "results.jsonl.gz",
+                             "json"))
+    assert any(note.startswith("devices differ") for note in doc["notes"])
+    both = [r for r in doc["rows"] if r["in_a"] and r["in_b"] and r["speedup"] is not None]
+    assert len(both) == doc["counts"]["compared"] > 100
+    for r in both:
+        assert r["speedup"] == pytest.approx(r["median_ms_b"] / r["median_ms_a"])
