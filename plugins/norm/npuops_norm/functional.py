@@ -283,23 +283,42 @@ def _values_per_unit(input, first: int) -> int:
     return count
 
 
+_UNIT_AFFINES: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _unit_affine(input) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """f32 ones and zeros of [C] on x's device, made once a (C, device): the weight and bias our
+    batch norm kernels take where a call gives none (torch's: no weight is 1, no bias 0). None
+    while a CUDA graph is captured and they are not made yet: made inside a capture, they would
+    hold nothing until the graph replays."""
+    key = (input.shape[1], input.device)
+    unit = _UNIT_AFFINES.get(key)
+    if unit is None and not (input.is_cuda and torch.cuda.is_current_stream_capturing()):
+        unit = _UNIT_AFFINES[key] = (torch.ones(key[0], device=key[1]), torch.zeros(key[0], device=key[1]))
+    return unit
+
+
 @drop_in
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """``torch.nn.functional.batch_norm``: per channel (dim 1), y = (x - mean) / sqrt(var + eps) *
     weight + bias; in training the batch's statistics, the running ones updated with ``momentum``
     (the variance unbiased); in eval the running ones."""
+    kernel_weight, kernel_bias = weight, bias
+    if (weight is None or bias is None) and _channel_input(input, 2) and (unit := _unit_affine(input)):
+        kernel_weight, kernel_bias = unit[0] if weight is None else weight, unit[1] if bias is None else bias
     ours = (_channel_input(input, 2) and input.dtype in _KERNEL_DTYPES and _number(eps) and type(training) is bool
-            and _per_channel(input, weight, bias, running_mean, running_var, dtypes=(torch.float32,))
+            and _per_channel(input, kernel_weight, kernel_bias, running_mean, running_var, dtypes=(torch.float32,))
             and not (running_mean.requires_grad or running_var.requires_grad))
     if ours and training:  # torch raises on the rest of these (one value a channel, eps <= 0)
         ours = _number(momentum) and eps > 0 and _values_per_unit(input, input.shape[0]) > 1
     if not ours or eps < 0:
-        return torch_call("batch_norm", "no weight, bias or running statistics, or not f32 ones beside f32, bf16 "
-                          "or f16 x", F.batch_norm, input, running_mean, running_var, weight, bias, training, momentum,
-                          eps)
+        return torch_call("batch_norm", "no running statistics, or a weight, bias or running statistics not f32 "
+                          "beside f32, bf16 or f16 x", F.batch_norm, input, running_mean, running_var, weight, bias,
+                          training, momentum, eps)
     if training:
-        return _batch_norm_train(input, weight, bias, running_mean, running_var, float(eps), float(momentum))[0]
-    return _batch_norm_eval(input, weight, bias, running_mean, running_var, float(eps))
+        return _batch_norm_train(input, kernel_weight, kernel_bias, running_mean, running_var, float(eps),
+                                 float(momentum))[0]
+    return _batch_norm_eval(input, kernel_weight, kernel_bias, running_mean, running_var, float(eps))
 
 
 @drop_in
