@@ -28,7 +28,7 @@ import npuops_norm
 import npuops_pool
 import npuops_topk
 from npuops import InputRNG
-from npuops.functional import built_kernels, coverage, reset_coverage
+from npuops.functional import built_kernels, coverage, finish_builds, reset_coverage
 from npuops.registry import load_registry
 
 FAMILIES = ("norm", "pool", "topk")
@@ -77,8 +77,11 @@ def calls(op, w, inputs):
 
 
 def per_call(fn, device, reps=7):
-    """(host µs, call µs) per call: medians over ``reps`` loops of back-to-back calls."""
+    """(host µs, call µs) per call: medians over ``reps`` loops of back-to-back calls, once the
+    builds the first call started behind it are done (a new kernel key builds its other launch
+    classes in a thread, whose compiling would hold the GIL against the calls timed)."""
     fn()
+    finish_builds()
     torch.cuda.synchronize(device)
     start = time.perf_counter()
     fn()

@@ -1,5 +1,6 @@
-"""The functions' builds: one per kernel key, and a new launch class that never waits for its build
-while a kernel of the same shared key can compute it (npuops.functional._kernel)."""
+"""The functions' builds: one per kernel key, a new launch class that never waits for its build
+while a kernel of the same shared key can compute it, and the other launch classes built behind a
+key's first build (npuops.functional._kernel)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class CountingImpl:
     """An implementation whose builds are recorded; ``hold`` keeps the named build running."""
 
     plugin, op, name = "test", "ToyOp", "ours"
+    launch_classes = None
 
     def __init__(self, hold: str | None = None):
         self.built: list[str] = []
@@ -63,3 +65,28 @@ def test_a_failed_build_behind_keeps_the_stand_in():
     with pytest.warns(RuntimeWarning, match="out of registers.*another launch class keeps running these calls"):
         functional._kernel(impl, None, "d:big", cpu, "toy")
         assert functional._kernel(impl, None, "d:big", cpu, "toy", behind=False)[0] == "kernel d:small"
+
+
+class ToyOp:
+    def validate(self, w):
+        if w.endswith(":invalid"):
+            raise ValueError("not a toy workload")
+
+
+def test_the_first_build_of_a_shared_key_builds_its_other_launch_classes_behind():
+    class WithClasses(CountingImpl):
+        def launch_classes(self, op, w):
+            shared = w.split(":")[0]
+            return [f"{shared}:{c}" for c in ("small", "mid", "big", "invalid")] + ["other:small"]
+
+    impl, cpu = WithClasses(hold="f:big"), torch.device("cpu")
+    assert functional._kernel(impl, ToyOp(), "f:mid", cpu, "toy") == ("kernel f:mid", None, None)
+    assert not functional.finish_builds(timeout=0.2)  # f:big held
+    assert functional._kernel(impl, ToyOp(), "f:big", cpu, "toy")[0] != "kernel f:big"  # a stand-in meanwhile
+    impl.release.set()
+    assert functional.finish_builds(timeout=10)
+    # every class of f's shared part once, none of another shared part, none the op refuses
+    assert sorted(impl.built) == ["f:big", "f:mid", "f:small"]
+    assert functional._kernel(impl, ToyOp(), "f:small", cpu, "toy") == ("kernel f:small", None, None)
+    assert functional._kernel(impl, ToyOp(), "f:big", cpu, "toy") == ("kernel f:big", None, None)
+    assert sorted(impl.built) == ["f:big", "f:mid", "f:small"]

@@ -23,8 +23,8 @@ from .patching import Patch, patch
 from .workload import DTYPES, Workload, dtype_name, load_catalog, load_workload_file, torch_dtype
 
 if TYPE_CHECKING:
-    from .functional import (OpFunction, batched, coverage, define_function, drop_in, int_tuple, reset_coverage,
-                             torch_call, unbatched)
+    from .functional import (OpFunction, batched, coverage, define_function, drop_in, finish_builds, int_tuple,
+                             reset_coverage, torch_call, unbatched)
     from .kernels import (CPU_TARGET, EVICT_LAST_LOAD, H200_SMS, VECTOR_BYTES, KernelSpec, compile_kernel,
                           interleaved_vectors, kernel_implementations, launcher, load_vectors_evict_last,
                           thread_owned, tilelang_dtype, wide_indices)
@@ -41,8 +41,8 @@ _LAZY = {
     **dict.fromkeys(("CPU_TARGET", "EVICT_LAST_LOAD", "H200_SMS", "VECTOR_BYTES", "KernelSpec", "compile_kernel",
                      "interleaved_vectors", "kernel_implementations", "launcher", "load_vectors_evict_last",
                      "thread_owned", "tilelang_dtype", "wide_indices"), ".kernels"),
-    **dict.fromkeys(("OpFunction", "batched", "coverage", "define_function", "drop_in", "int_tuple", "reset_coverage",
-                     "torch_call", "unbatched"), ".functional"),
+    **dict.fromkeys(("OpFunction", "batched", "coverage", "define_function", "drop_in", "finish_builds", "int_tuple",
+                     "reset_coverage", "torch_call", "unbatched"), ".functional"),
     "load_registry": ".registry",
     "read_results": ".results",
 }
@@ -74,8 +74,8 @@ __all__ = [
     "CPU_TARGET", "EVICT_LAST_LOAD", "H200_SMS", "VECTOR_BYTES", "KernelSpec", "compile_kernel", "interleaved_vectors",
     "kernel_implementations", "launcher", "load_vectors_evict_last", "thread_owned", "tilelang_dtype", "wide_indices",
     # ops as functions for model code (npuops.functional, loaded on first use) and module patching
-    "OpFunction", "Patch", "batched", "coverage", "define_function", "drop_in", "int_tuple", "patch", "reset_coverage",
-    "torch_call", "unbatched",
+    "OpFunction", "Patch", "batched", "coverage", "define_function", "drop_in", "finish_builds", "int_tuple", "patch",
+    "reset_coverage", "torch_call", "unbatched",
     # the registry and results files (loaded on first use)
     "load_registry", "read_results",
 ]

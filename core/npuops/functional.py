@@ -204,12 +204,55 @@ def _stand_in(key: tuple) -> Any:
     return None
 
 
-def _build_behind(key: tuple, impl, op, w: Workload, device: torch.device, function: str, stand_in: Any) -> None:
+def _build_behind(builds: list[tuple[tuple, Workload]], impl, op, device: torch.device, function: str,
+                  stand_in: Any) -> None:
+    """Build each (key, workload) of ``builds`` in turn, each key's calls run by ``stand_in`` until
+    its kernel is built (or for good, where its build fails)."""
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-        kernel = _build(impl, op, w, device, function,
-                        "the kernel of another launch class keeps running these calls")
-    with _build_lock:
-        _builds[key] = kernel if kernel is not None else stand_in
+        for key, w in builds:
+            kernel = _build(impl, op, w, device, function,
+                            "the kernel of another launch class keeps running these calls")
+            with _build_lock:
+                _builds[key] = kernel if kernel is not None else stand_in
+
+
+def _behind(builds: list[tuple[tuple, Workload]], impl, op, device: torch.device, function: str,
+            stand_in: Any) -> None:
+    """Mark ``builds``' keys pending and start their builds in a thread (the caller holds the lock)."""
+    for key, _ in builds:
+        _builds[key] = _PENDING
+    threading.Thread(target=_build_behind, args=(builds, impl, op, device, function, stand_in),
+                     name=f"npuops build {impl.op}", daemon=True).start()
+
+
+def _other_classes(impl, op, w: Workload, key: tuple) -> list[tuple[tuple, Workload]]:
+    """(key, workload) of each launch class of ``key``'s ``shared`` part not built or building yet
+    (the implementation's ``launch_classes``), one workload a class."""
+    if impl.launch_classes is None or not isinstance(key[3], KernelKey):
+        return []
+    others: dict[tuple, Workload] = {}
+    for other in impl.launch_classes(op, w):
+        try:
+            op.validate(other)
+            build_key = impl.build_key(op, other)
+        except Exception:  # noqa: BLE001 - a class the op cannot express is one fewer to build ahead
+            continue
+        other_key = (*key[:3], build_key, key[4])
+        if isinstance(build_key, KernelKey) and build_key.shared == key[3].shared and other_key not in _builds:
+            others.setdefault(other_key, other)
+    return list(others.items())
+
+
+def finish_builds(timeout: float | None = None) -> bool:
+    """Wait until no build runs behind the calls (a launch class's, see :func:`_kernel`), at most
+    ``timeout`` seconds: whether none does. For code that must not share its first seconds with
+    compilation, and for timing the calls as they run once every kernel is built."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while any(kernel is _PENDING for kernel in list(_builds.values())):
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _kernel(impl, op, w: Workload, device: torch.device, function: str,
@@ -217,7 +260,9 @@ def _kernel(impl, op, w: Workload, device: torch.device, function: str,
     """(the kernel serving ``w``'s kernel key, None, None), or (None, why not, None). With
     ``behind``, a key not built yet whose kernel another build can stand in for (``KernelKey``)
     gets that one at once, and its own build runs in a thread: (stand-in, None, the key it waits
-    for). A call never waits for a build that another kernel can do for it."""
+    for). A call never waits for a build that another kernel can do for it. The first build of a
+    ``shared`` part starts its other launch classes' builds behind it, so that by the time model
+    code calls them (a token count of another class) they are built."""
     key = (impl.plugin, impl.op, impl.name, impl.build_key(op, w), str(device))
     with _build_lock:
         kernel = _builds.get(key)
@@ -225,12 +270,12 @@ def _kernel(impl, op, w: Workload, device: torch.device, function: str,
             stand_in = _stand_in(key) if behind else None
             if stand_in is not None:
                 if key not in _builds:
-                    _builds[key] = _PENDING
-                    threading.Thread(target=_build_behind, args=(key, impl, op, w, device, function, stand_in),
-                                     name=f"npuops build {impl.op}", daemon=True).start()
+                    _behind([(key, w)], impl, op, device, function, stand_in)
                 return stand_in, None, key
             if kernel is not _PENDING:
                 _builds[key] = kernel = _build(impl, op, w, device, function)
+                if kernel is not None and (others := _other_classes(impl, op, w, key)):
+                    _behind(others, impl, op, device, function, kernel)
     if kernel is _PENDING:  # behind=False while a build runs behind: wait for it
         while _builds[key] is _PENDING:
             time.sleep(0.05)
@@ -242,7 +287,8 @@ def warm(workloads, progress: Callable[[Workload, str | None], None] | None = No
     """Build our kernel for each of ``workloads`` (on the current CUDA device) as a function's first
     call like it would, into this process's builds and TileLang's disk cache, where later processes
     find them: for deployments that must not stall on a first call. ``progress(w, why_not)`` after
-    each. Returns how many workloads got a kernel, how many had none, and the builds that took."""
+    each, then waits for the other launch classes' builds these started. Returns how many workloads
+    got a kernel, how many had none, and the builds that took."""
     registry = _registry()
     device, cuda = torch.device("cuda"), registry.device("cuda")
     before, counts = built_kernels(), Counter()
@@ -255,6 +301,7 @@ def warm(workloads, progress: Callable[[Workload, str | None], None] | None = No
         counts["with a kernel" if why is None else "without"] += 1
         if progress:
             progress(w, why)
+    finish_builds()
     return {**counts, "built": built_kernels() - before}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -19,6 +19,7 @@ BuildFn = Callable[["Op", "Workload", torch.device], Callable[..., Any]]
 SupportsFn = Callable[["Op", "Workload", "Device"], "str | None"]
 VariantsFn = Callable[["Op", "Workload"], "Sequence[Mapping[str, Any]]"]
 KeyFn = Callable[["Op", "Workload"], Hashable]
+LaunchClassesFn = Callable[["Op", "Workload"], "Iterable[Workload]"]
 
 
 class KernelKey(NamedTuple):
@@ -48,7 +49,9 @@ class Implementation:
     ``key(op, workload)``, where given, says which workloads one build serves: those of equal keys
     (a kernel that takes sizes at launch serves every size whose launch it does not change; a
     :class:`KernelKey` says which builds may stand in for one another). The functions for model
-    code build once per key; without it, once per workload.
+    code build once per key; without it, once per workload. ``launch_classes(op, workload)``,
+    where given, lists workloads of the same key's other launch classes: the functions build them
+    in the background after the key's first build.
     """
 
     op: str
@@ -69,6 +72,7 @@ class Implementation:
     plugin: str = ""
     variants: VariantsFn | None = None
     key: KeyFn | None = None
+    launch_classes: LaunchClassesFn | None = None
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from .impl import Implementation, KeyFn, VariantsFn
+from .impl import Implementation, KeyFn, LaunchClassesFn, VariantsFn
 from .op import KernelOp
 
 if TYPE_CHECKING:
@@ -402,6 +402,7 @@ def tilelang_implementation(
     description: str = "",
     variants: VariantsFn | None = None,
     key: KeyFn | None = None,
+    launch_classes: LaunchClassesFn | None = None,
 ) -> Implementation:
     """An ``ours``-tier implementation whose ``build`` compiles TileLang kernels for a workload
     (usually ``lambda op, w, device: spec(op, w).compile(device)`` for a :class:`KernelSpec`)."""
@@ -411,7 +412,7 @@ def tilelang_implementation(
 
     return Implementation(op_name, name, "ours", build, devices=("cuda",), supports=why_not,
                           description=description or "TileLang kernel, compiled per workload", variants=variants,
-                          key=key)
+                          key=key, launch_classes=launch_classes)
 
 
 def _build(op: KernelOp, w: Workload, device: torch.device, config: Mapping[str, Any] | None = None) -> Callable[..., Any]:
@@ -424,7 +425,8 @@ def kernel_implementations(ops: Mapping[str, Op], package: str, description: str
     return [
         tilelang_implementation(op.name, _build, supports=lambda op, w: op.kernel_unsupported(w),
                                 description=op.kernel_description or description,
-                                variants=lambda op, w: op.tilelang_variants(w), key=lambda op, w: op.kernel_key(w))
+                                variants=lambda op, w: op.tilelang_variants(w), key=lambda op, w: op.kernel_key(w),
+                                launch_classes=lambda op, w: op.kernel_launch_classes(w))
         for op in ops.values()
         if isinstance(op, KernelOp) and type(op).__module__.startswith(f"{package}.")
         and any(op.kernel_unsupported(w) is None for w in op.workloads)

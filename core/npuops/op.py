@@ -244,6 +244,9 @@ class KernelOp(Op):
     - :meth:`kernel_key` to find the build that serves ``w``: workloads of equal keys share one
       (a kernel taking sizes at launch serves every size of its key; a ``KernelKey`` lets a build
       of another launch class stand in while one is built).
+    - :meth:`kernel_launch_classes` for the functions for model code: after the first build of a
+      key's ``shared`` part, the other launch classes' builds run in the background, so that a
+      later call in another class (a new token count) finds its kernel built.
     - :meth:`tilelang_variants` for ``npuops run --tune``: launch configurations, the default first.
     - :meth:`tilelang_build` to compile: the callable checked, timed and called as
       ``fn(**inputs)`` (usually ``KernelSpec.compile``'s); ``config`` one of the variants, None
@@ -257,6 +260,11 @@ class KernelOp(Op):
 
     def kernel_key(self, w: Workload) -> Hashable:
         return w.fingerprint  # one build per workload
+
+    def kernel_launch_classes(self, w: Workload) -> Sequence[Workload]:
+        """Workloads like ``w`` in each of the other launch classes of its ``KernelKey`` (those of
+        another key's ``shared`` part are ignored)."""
+        return ()
 
     def tilelang_variants(self, w: Workload) -> Sequence[Mapping[str, Any]]:
         return ()  # the default launch only

@@ -193,6 +193,11 @@ def row_class(rows: int) -> int:
     return sum(rows > limit for limit in (FEW_ROWS, ONE_WAVE_ROWS, ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM))
 
 
+def class_row_counts() -> tuple[int, ...]:
+    """A row count of each of :func:`row_class`'s classes, the first of each."""
+    return (1, FEW_ROWS + 1, ONE_WAVE_ROWS + 1, ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM + 1)
+
+
 def launch_key(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1) -> KernelKey:
     """What a kernel of :func:`rowwise_kernel` for rows of ``shape`` depends on (its row count is
     given at launch): rows of equal keys share a build. Every row class's kernel computes any row

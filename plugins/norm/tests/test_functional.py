@@ -4,6 +4,7 @@ input."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -265,3 +266,24 @@ def test_tensors_on_two_devices_are_named_by_the_drop_ins_too():
     F.rms_norm(x, (64,), w)  # a CPU plan exists: a meta weight must not reuse it
     with pytest.raises(ValueError, match="weight is on meta but x is on cpu"):
         F.rms_norm(x, (64,), w.to("meta"))
+
+
+@pytest.mark.parametrize("op_name", ["RMSNormFwd", "FusedAddRMSNormFwd", "LayerNormFwd", "GroupRMSNormFwd"])
+def test_a_row_norm_names_a_workload_of_each_row_class_of_its_kernel(op_name):
+    """What the functions build behind a key's first build: one workload a row class, all of the
+    key's shared part, so that a call of another token count finds its kernel built."""
+    op = REGISTRY.op(op_name)
+    (ours,) = [i for i in REGISTRY.impls_for(op_name) if i.tier == "ours"]
+    w = next(w for w in op.workloads if op.kernel_unsupported(w) is None and math.prod(w.shapes["x"][:-1]) > 1000)
+    classes = list(ours.launch_classes(op, w))
+    for other in classes:
+        op.validate(other)
+    keys = [ours.build_key(op, other) for other in classes]
+    assert len({key.launch for key in keys}) == len(keys) == 4
+    assert {key.shared for key in keys} == {ours.build_key(op, w).shared}
+
+
+def test_no_row_classes_where_rows_are_not_the_kernels_alone():
+    op = REGISTRY.op("AdaLayerNormFwd")  # rows split in samples: the row count is not free
+    w = next(w for w in op.workloads if op.kernel_samples(w) > 1)
+    assert list(op.kernel_launch_classes(w)) == []

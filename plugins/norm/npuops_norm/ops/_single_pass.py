@@ -1,6 +1,7 @@
 """Cost model shared by the norms whose least DRAM traffic is one read of every input and one write
 of every output (the row-wise norms, L1/L2 normalize, weight and spectral norm)."""
 
+import dataclasses
 import math
 
 from npuops import Cost, KernelOp
@@ -40,6 +41,21 @@ class SinglePassNormOp(KernelOp):
         from ..rowwise_kernel import launch_key
 
         return launch_key(self.row_norm(w), w.shapes["x"], w.dtype_of("x"), self.kernel_samples(w))
+
+    def kernel_launch_classes(self, w):
+        """``w`` with a row count of each row class (x as [rows, hidden], the tensors shaped as x
+        likewise); none where rows are split in samples or segments, or another tensor has rows of
+        its own (QK norm's k)."""
+        from ..rowwise_kernel import class_row_counts
+
+        shape = tuple(w.shapes["x"])
+        spec = self.row_norm(w)
+        if spec is None or spec.segments > 1 or self.kernel_samples(w) > 1 or any(
+                len(s) == len(shape) and tuple(s) != shape for s in w.shapes.values()):
+            return ()
+        return [dataclasses.replace(w, shapes={name: (rows, shape[-1]) if tuple(s) == shape else s
+                                               for name, s in w.shapes.items()})
+                for rows in class_row_counts()]
 
     def tilelang_variants(self, w):
         from ..rowwise_kernel import launch_variants
