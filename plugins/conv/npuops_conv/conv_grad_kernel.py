@@ -241,6 +241,12 @@ def dgrad_default(q: Grad) -> ConvLaunch:
     p, g = q.problem, q.geometry
     if p.cg < MIN_GEMM or p.og < MIN_GEMM:
         return _direct(g.in_channels)
+    return _dgrad_gemm_launch(q)
+
+
+def _dgrad_gemm_launch(q: Grad) -> ConvLaunch:
+    """The phase GEMM's launch (see :func:`dgrad_default`)."""
+    p, g = q.problem, q.geometry
     block_K = _block_K(q.dtype, p.og)
     block_N = _n_tile(p.cg)
     tiles = lambda bM, bN: -(-q.rows // bM) * -(-p.cg // bN) * g.groups * q.phases
@@ -273,6 +279,11 @@ def dgrad_variants(q: Grad) -> list[dict]:
     p = q.problem
     if first.kernel == "direct":
         variants += [_direct(q.geometry.in_channels, outputs=512), _direct(q.geometry.in_channels, threads=128)]
+        if p.og >= MIN_GEMM:
+            # Only the input channels thin (a 3-channel stem): the direct kernel reads each dy row
+            # once an input channel, the GEMM once, its N tile mostly padding (stem W28/W29 ran
+            # 0.18x of cuDNN direct on the H200).
+            variants.append(_dgrad_gemm_launch(q))
     else:
         k_tiles = q.max_taps * -(-p.og // first.block_K)
         variants += gemm_variants(first.block_K, k_tiles, wide=p.cg >= 256,
@@ -560,6 +571,16 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
     def _b_col(bz, kt, bx):
         return _tap_of(q, _phase(bz), kt // per_tap)[1] * Cg + bx * bN
 
+    # Input channels fewer than a GEMM side wants (a 3-channel stem): a B tile row may span several
+    # taps' columns, which T.copy does not build for (sm_90a codegen fails on its partial vectors),
+    # so it is gathered, the other taps' columns (and K tiles past the last) read as zeros.
+    thin = Cg < MIN_GEMM
+
+    def _b(Wt, bz, kt, bx, kk, j):
+        inside = [bx * bN + j < Cg, *([kt % per_tap * bK + kk < Og] if Og % bK else []),
+                  *([kt < k_tiles] if split and per_split * splits > k_tiles else [])]
+        return T.if_then_else(_all(inside), Wt[_b_row(bz, kt) + kk, _b_col(bz, kt, bx) + j], 0)
+
     @T.macro
     def body(dY, Wt, Bias, Y, Work):
         with T.Kernel(T.ceildiv(Cg, bN), T.ceildiv(rows, bM), phases * groups * splits, threads=threads) as (bx, by, bz):
@@ -571,7 +592,11 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
             for ko in T.Pipelined(_extent(bz), num_stages=stages):
                 for i, kk in T.Parallel(bM, bK):
                     A_s[i, kk] = _a(dY, by * bM + i, bz, _k_tile(bz, ko), kk)
-                T.copy(Wt[_b_row(bz, _k_tile(bz, ko)), _b_col(bz, _k_tile(bz, ko), bx)], B_s)
+                if thin:
+                    for kk, j in T.Parallel(bK, bN):
+                        B_s[kk, j] = _b(Wt, bz, _k_tile(bz, ko), bx, kk, j)
+                else:
+                    T.copy(Wt[_b_row(bz, _k_tile(bz, ko)), _b_col(bz, _k_tile(bz, ko), bx)], B_s)
                 product(A_s, B_s, acc)
             if split:
                 store_partials()(acc, C_s, Work, bz, by * bM, bx * bN, rows, Cg)
