@@ -66,6 +66,7 @@ evaluates the prim_funcs' parameter annotations).
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, partial
 
@@ -77,6 +78,7 @@ from .conv_kernel import (ChannelsFirst, ConvLaunch, Problem, _all, _source, gem
                           zero_fill)
 from .layouts import CHANNELS_LAST
 from .ops._geometry import ConvGeometry
+from .tuned import DGRAD, DGRAD_BIAS, WGRAD, tuned_launch
 
 F32 = "float32"
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -268,6 +270,21 @@ def _dgrad_gemm_launch(q: Grad) -> ConvLaunch:
                       max(1, min(stages, per_split)), threads, splits)
 
 
+def _chosen(q: Grad, kind: str, rule: Callable[[Grad], ConvLaunch]) -> ConvLaunch:
+    """The launch a plain run takes: the one tuning chose for this problem (``tuned_launches.json``,
+    see :mod:`npuops_conv.tuned`), else the ``rule``'s."""
+    tuned = tuned_launch(q.geometry, q.dtype, kind=kind)
+    return ConvLaunch(**tuned) if tuned else rule(q)
+
+
+def chosen_dgrad(q: Grad) -> ConvLaunch:
+    return _chosen(q, DGRAD_BIAS if q.bias else DGRAD, dgrad_default)
+
+
+def chosen_wgrad(q: Grad) -> ConvLaunch:
+    return _chosen(q, WGRAD, wgrad_default)
+
+
 def _direct(channels: int, outputs: int = 1024, threads: int = DIRECT_THREADS) -> ConvLaunch:
     block_N = min(64, 1 << max(0, (channels - 1).bit_length()))
     return ConvLaunch("direct", max(1, outputs // block_N), block_N, 0, 0, threads, 1)
@@ -288,7 +305,7 @@ def dgrad_variants(q: Grad) -> list[dict]:
         k_tiles = q.max_taps * -(-p.og // first.block_K)
         variants += gemm_variants(first.block_K, k_tiles, wide=p.cg >= 256,
                                   splittable=q.phases == 1 and q.geometry.groups == 1)
-    return [v.as_dict() for v in dict.fromkeys(variants)]
+    return [v.as_dict() for v in dict.fromkeys([chosen_dgrad(q), *variants])]  # the tuned launch first
 
 
 def wgrad_default(q: Grad) -> ConvLaunch:
@@ -361,7 +378,7 @@ def wgrad_variants(q: Grad) -> list[dict]:
                                      splits=max(1, first.splits * 2)))
         variants.append(_with_splits(q, first.block_M, first.block_N, bK, 3, first.threads,
                                      splits=max(1, first.splits // 2)))
-    return [v.as_dict() for v in dict.fromkeys(variants)]
+    return [v.as_dict() for v in dict.fromkeys([chosen_wgrad(q), *variants])]  # the tuned launch first
 
 
 # -- index helpers (Python functions returning TIR expressions, called inside the kernels) ----------
@@ -486,7 +503,7 @@ def dgrad_kernel(geometry: ConvGeometry, dtype: torch.dtype, bias: bool = False,
     if problem:
         raise ValueError(problem)
     q = Grad(Problem(geometry, dtype), bias, output_layout)
-    config = dgrad_default(q) if kernel is None else ConvLaunch(kernel, **launch)
+    config = chosen_dgrad(q) if kernel is None else ConvLaunch(kernel, **launch)
     if config.kernel == "direct":
         return _dgrad_direct(q, config, names)
     if config.kernel in ("gemm", "split_k"):
@@ -691,7 +708,7 @@ def wgrad_kernel(geometry: ConvGeometry, dtype: torch.dtype, kernel: str | None 
     if problem:
         raise ValueError(problem)
     q = Grad(Problem(geometry, dtype), geometry.bias)
-    config = wgrad_default(q) if kernel is None else ConvLaunch(kernel, **launch)
+    config = chosen_wgrad(q) if kernel is None else ConvLaunch(kernel, **launch)
     if config.kernel not in ("gemm", "split_k", "direct"):
         raise ValueError(f"unknown conv gradient kernel {config.kernel!r}")
     return _wgrad(q, config)

@@ -1,7 +1,8 @@
 """Launch configs chosen by ``npuops run --tune``, kept with the plugin as data, so that a user's run
 needs no tuning: ``tuned_launches.json`` maps a convolution problem (:func:`problem_key`: dtype,
 epilogue and every size, the batch included) to the :class:`~npuops_conv.conv_kernel.ConvLaunch`
-fields its tuning chose. Problems not in it (other shapes, other batch sizes) take the launch rule.
+fields its tuning chose, for the forward convolutions and the gradients (data and weight) alike.
+Problems not in it (other shapes, other batch sizes) take the launch rule.
 
 Refresh the table from a tuned results file (rows of tier ``ours`` that record a tuning)::
 
@@ -29,15 +30,20 @@ from .ops._geometry import ConvGeometry
 TABLE = "tuned_launches.json"
 
 
-def problem_key(geometry: ConvGeometry, dtype: torch.dtype, relu: bool) -> str:
+FORWARD, DGRAD, DGRAD_BIAS, WGRAD = "forward", "dgrad", "dgrad+bias", "wgrad"  # what is computed of a conv
+
+
+def problem_key(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, kind: str = FORWARD) -> str:
     """The table's key of a convolution problem: "bf16 relu N8 64>128 56x56 k3x3 s1x1 p1x1/1x1 d1x1
-    g1 bias"."""
+    g1 bias" for the forward conv, the gradients' led by their ``kind`` ("dgrad+bias ...": a
+    data gradient with a bias added, Conv2dTranspose's)."""
     g = geometry
 
     def dims(values):
         return "x".join(map(str, values))
 
-    return " ".join([dtype_name(dtype), *(["relu"] if relu else []), f"N{g.batch}", f"{g.in_channels}>{g.out_channels}",
+    return " ".join([*([kind] if kind != FORWARD else []), dtype_name(dtype), *(["relu"] if relu else []), f"N{g.batch}",
+                     f"{g.in_channels}>{g.out_channels}",
                      dims(g.in_size), f"k{dims(g.kernel)}", f"s{dims(g.stride)}",
                      f"p{dims(g.pad_before)}/{dims(g.pad_after)}", f"d{dims(g.dilation)}", f"g{g.groups}",
                      *(["bias"] if g.bias else [])])
@@ -48,17 +54,31 @@ def tuned_launches() -> Mapping[str, Mapping[str, Any]]:
     return json.loads((files(__package__) / TABLE).read_text())
 
 
-def tuned_launch(geometry: ConvGeometry, dtype: torch.dtype, relu: bool) -> Mapping[str, Any] | None:
-    return tuned_launches().get(problem_key(geometry, dtype, relu))
+def tuned_launch(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False,
+                 kind: str = FORWARD) -> Mapping[str, Any] | None:
+    return tuned_launches().get(problem_key(geometry, dtype, relu, kind))
+
+
+def op_problem_key(op, w) -> str | None:
+    """The table's key of workload ``w`` of the conv op ``op`` (None: an op with no kernel of ours)."""
+    from .ops._backward import DataGradientKernel, WeightGradientKernel
+    from .ops._forward import ForwardConvOp
+
+    if isinstance(op, ForwardConvOp):
+        return problem_key(op.geometry(w), w.dtype_of("input"), op.fused_relu)
+    if isinstance(op, DataGradientKernel):
+        return problem_key(op.geometry(w), w.dtype_of("input"), kind=DGRAD_BIAS if op.kernel_bias(w) else DGRAD)
+    if isinstance(op, WeightGradientKernel):
+        return problem_key(op.geometry(w), w.dtype_of("input"), kind=WGRAD)
+    return None
 
 
 def launches_from_results(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The table of the tuned ``ours`` rows of forward convolutions among ``rows``: each problem's
-    chosen launch (the row's config, kept to the launch fields)."""
+    """The table of the tuned ``ours`` rows of convolutions and their gradients among ``rows``:
+    each problem's chosen launch (the row's config, kept to the launch fields)."""
     from npuops import load_registry
 
     from .conv_kernel import ConvLaunch
-    from .ops._forward import ForwardConvOp
 
     registry, fields = load_registry(), {f.name for f in dataclasses.fields(ConvLaunch)}
     table = {}
@@ -66,11 +86,9 @@ def launches_from_results(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[s
         if row.get("tier") != "ours" or row.get("status") != "ok" or not row.get("tuning"):
             continue
         op = registry.op(row["op"])
-        if not isinstance(op, ForwardConvOp):
-            continue
-        w = op.workload(row["workload"])
-        key = problem_key(op.geometry(w), w.dtype_of("input"), op.fused_relu)
-        table[key] = {name: value for name, value in row["config"].items() if name in fields}
+        key = op_problem_key(op, op.workload(row["workload"]))
+        if key is not None:
+            table[key] = {name: value for name, value in row["config"].items() if name in fields}
     return dict(sorted(table.items()))
 
 

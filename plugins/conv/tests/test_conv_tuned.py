@@ -57,3 +57,28 @@ def test_problem_keys_name_every_size():
     w = op.workload("W15")
     key = tuned.problem_key(op.geometry(w), w.dtype_of("input"), False)
     assert key == "f16 N1 80>1280 3000 k3 s1 p2/0 d1 g1 bias"
+
+
+def test_gradients_keep_their_tuned_launches_apart_from_the_forward_s(monkeypatch):
+    """A tuned Conv2dDgrad row keys its data gradient, a Conv2dTranspose row its data gradient with
+    the bias added, a Conv2dWgrad row the weight gradient; each is what a plain run and the
+    variants' first take for that problem, and the forward conv of the same geometry keeps its rule."""
+    from npuops_conv import conv_grad_kernel as gk
+
+    registry = load_registry()
+    rows = [_tuned_row(op=name, workload="W1") for name in ("Conv2dDgrad", "Conv2dTranspose", "Conv2dWgrad")]
+    assert registry.op("Conv2dTranspose").kernel_bias(registry.op("Conv2dTranspose").workload("W1"))
+    table = tuned.launches_from_results(rows)
+    assert sorted(key.split()[0] for key in table) == ["dgrad", "dgrad+bias", "wgrad"]
+    monkeypatch.setattr(tuned, "tuned_launches", lambda: table)
+    dgrad = registry.op("Conv2dDgrad")
+    w = dgrad.workload("W1")
+    g, dtype = dgrad.geometry(w), w.dtype_of("input")
+    q = gk.Grad(ck.Problem(g, dtype))
+    assert gk.chosen_dgrad(q) == ck.ConvLaunch(**TUNED) != gk.dgrad_default(q)
+    assert gk.dgrad_kernel(g, dtype).config["block_K"] == TUNED["block_K"]
+    assert dgrad.tilelang_variants(w)[0] == TUNED and gk.dgrad_default(q).as_dict() in dgrad.tilelang_variants(w)
+    wgrad = registry.op("Conv2dWgrad")
+    gw = wgrad.geometry(wgrad.workload("W1"))
+    assert gk.chosen_wgrad(gk.Grad(ck.Problem(gw, dtype), gw.bias)) == ck.ConvLaunch(**TUNED)
+    assert ck.chosen_launch(ck.Problem(g, dtype)) == ck.default_launch(ck.Problem(g, dtype))
