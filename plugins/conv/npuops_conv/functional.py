@@ -91,8 +91,9 @@ _GEOMETRY = ("stride", "padding", "dilation", "groups")
 
 def _grad_fallback(mask):
     """torch's gradient (``aten.convolution_backward``) for calls the op cannot express."""
+    # output_layout: what our kernel would write; torch's gradient comes in its own layout (the same)
     def fallback(input, grad_output, weight=None, stride=1, padding=0, dilation=1, groups=1, C_out=None, kH=None,
-                 kW=None):
+                 kW=None, output_layout=CHANNELS_LAST):
         if weight is None:  # the weight gradient: its shape from the sizes given
             weight = grad_output.new_empty(1).expand(C_out, input.shape[1] // groups, kH, kW)
         found = torch.ops.aten.convolution_backward(
@@ -104,8 +105,8 @@ def _grad_fallback(mask):
     return fallback
 
 
-_DGRAD = _function("conv2d_dgrad", "Conv2dDgrad", 2, ("input", "grad_output", "weight"), _GEOMETRY, bias=False,
-                   shape_only=("input",), fallback=_grad_fallback((True, False, False)))
+_DGRAD = _function("conv2d_dgrad", "Conv2dDgrad", 2, ("input", "grad_output", "weight"), (*_GEOMETRY, "output_layout"),
+                   bias=False, shape_only=("input",), fallback=_grad_fallback((True, False, False)))
 _WGRAD = {has_bias: _function(f"conv2d_wgrad{'_bias' if has_bias else ''}", "Conv2dWgrad", 2, ("input", "grad_output"),
                               ("C_out", "kH", "kW", *_GEOMETRY), bias=has_bias, outputs=1 + has_bias,
                               fallback=_grad_fallback((False, True, has_bias)))
@@ -137,7 +138,8 @@ def _laid_out(tensor: torch.Tensor) -> torch.Tensor:
 def _conv2d_backward(inputs, params, outputs, grads, needs):
     x, weight, grad_out = _laid_out(inputs["input"]), inputs["weight"], _laid_out(grads[0])
     stride, padding, dilation, groups = (params[p] for p in _GEOMETRY)
-    grad_input = _DGRAD(x, grad_out, weight, stride, padding, dilation, groups) if needs[0] else None
+    grad_input = _DGRAD(x, grad_out, weight, stride, padding, dilation, groups,
+                        torch_output_layout(inputs["input"], weight)) if needs[0] else None
     has_bias = len(needs) == 3
     grad_weight, grad_bias = _weight_grads(x, grad_out, weight, stride, padding, dilation, groups, needs[1],
                                            has_bias and needs[2])

@@ -245,6 +245,21 @@ def test_our_gradient_kernels_run_through_the_backward(case, cpu_target_kernels)
     _assert_same(ours, _gradients(TF, case, x, w, b, upstream), rtol=1e-4, atol=1e-4)
 
 
+def test_the_input_gradient_comes_in_torch_s_layout(cpu_target_kernels):
+    """As the backward hands it over (before AccumulateGrad copies a gradient into its leaf's
+    layout): NCHW-contiguous for NCHW tensors, channels last for channels-last ones, written so by
+    our data-gradient kernel (no copy)."""
+    case = KERNEL_CASES[0]
+    x, w, b, upstream = _inputs(case, seed=12)
+    for made in (x, x.to(memory_format=torch.channels_last)):
+        strides = []
+        for functions in (F, TF):
+            leaf = made.detach().clone(memory_format=torch.preserve_format).requires_grad_()
+            leaf.register_hook(lambda grad: strides.append(grad.stride()))
+            (functions.conv2d(leaf, w, b, **case.kwargs) * upstream.to(made)).sum().backward()
+        assert strides[0] == strides[1] == made.stride()
+
+
 # -- on a GPU -------------------------------------------------------------------------------------
 GPU_CASES = [
     Case("3x3-64-bias", (8, 64, 28, 28), 64, kwargs={"padding": 1}),

@@ -9,6 +9,7 @@ from ._backward import (
     shape_only,
 )
 from ._conv_op import TensorSpec, kaiming_std
+from ._forward import OUTPUT_LAYOUT
 
 
 class Conv2dDgrad(DataGradientKernel, ConvGradientOp, KernelOp):
@@ -23,10 +24,13 @@ class Conv2dDgrad(DataGradientKernel, ConvGradientOp, KernelOp):
     Inputs: grad_output ~ N(0, 1), weight ~ N(0, 1/fan_out) (Kaiming fan-out, torchvision's ResNet
     init), so grad_input is O(1).
 
-    Our kernel: ``conv_grad_kernel.dgrad_kernel`` (channels-last grad_output and weight)."""
+    Our kernel: ``conv_grad_kernel.dgrad_kernel`` (channels-last grad_output and weight). Param
+    ``output_layout``: see ``_forward.OUTPUT_LAYOUT`` (conv2d's backward passes torch's: grad_input
+    in the layout torch's autograd gives it)."""
 
     name = "Conv2dDgrad"
     summary = "conv2d backward: gradient w.r.t. the input"
+    params = {**ConvGradientOp.params, "output_layout": OUTPUT_LAYOUT}
 
     def input_specs(self, w):
         g = self.geometry(w)
