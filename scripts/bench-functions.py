@@ -7,7 +7,10 @@ synchronize (max of host and device time, roughly: what an eager model sees). Th
 of new shapes: ``rms_norm`` over 100 distinct row counts (1 to 16384, 4096 wide, bf16) and
 ``max_pool2d`` over 20 image sizes with one window, counting the kernels built.
 
-    python scripts/bench-functions.py --out results.json   # on a CUDA machine
+    python scripts/bench-functions.py --out results.json [--profile]   # on a CUDA machine
+
+``--profile`` first runs cProfile over many calls of a few functions whose kernels are short (where
+a call is host-bound) and keeps each table: where a call's host time goes.
 
 Not a test: it times. The JSON holds every figure; the table printed last summarizes.
 """
@@ -15,9 +18,12 @@ Not a test: it times. The JSON holds every figure; the table printed last summar
 from __future__ import annotations
 
 import argparse
+import cProfile
 import inspect
+import io
 import json
 import platform
+import pstats
 import statistics
 import time
 
@@ -32,6 +38,7 @@ from npuops.functional import built_kernels, coverage, finish_builds, reset_cove
 from npuops.registry import load_registry
 
 FAMILIES = ("norm", "pool", "topk")
+PROFILED = (("RMSNormFwd", "W4"), ("AvgPool2dFwd", "W1"), ("MaxPool2dFwd", "W1"))  # short kernels: host-bound
 DROP_INS = {  # op -> (ours, torch's), each called with the op's inputs and config
     "RMSNormFwd": (lambda i, c: npuops_norm.rms_norm(i["x"], i["x"].shape[-1:], i["weight"], c["eps"]),
                    lambda i, c: F.rms_norm(i["x"], i["x"].shape[-1:], i["weight"], c["eps"])),
@@ -140,15 +147,44 @@ def new_shapes(device, families):
             first_calls("max_pool2d", sizes, pool_call, device) if "pool" in families else None]
 
 
+def profile(registry, device, calls_each=20000, top=18) -> dict[str, str]:
+    """cProfile of back-to-back calls of one workload per op of PROFILED (ours), once its builds are
+    done: where the host time of a call goes, by function (the table, as text)."""
+    profiles = {}
+    for name, wid in PROFILED:
+        op = registry.op(name)
+        w = op.workload(wid)
+        inputs = op.make_inputs(w, InputRNG(device, seed=1))
+        ours, _ = calls(op, w, inputs)
+        ours()
+        finish_builds()
+        torch.cuda.synchronize(device)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(calls_each):
+            ours()
+        profiler.disable()
+        torch.cuda.synchronize(device)
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+        profiles[f"{name} {wid}"] = text.getvalue()
+        print(f"-- {name} {wid}: {calls_each} calls\n{text.getvalue()}", flush=True)
+    return profiles
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="JSON results file")
     parser.add_argument("--family", action="append", choices=FAMILIES, help="norm, pool, topk (default: all)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also cProfile a few functions' calls (where a call's host time goes)")
     args = parser.parse_args()
     device = torch.device("cuda")
     registry = load_registry()
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "host": platform.processor(),
                "new_shapes": [r for r in new_shapes(device, args.family or FAMILIES) if r], "per_call": []}
+    if args.profile:
+        results["profiles"] = profile(registry, device)
     reset_coverage()
     # The drop-ins for torch's functions first, then the ops torch has no function for.
     ops = [registry.op(name) for name in (*DROP_INS, *POOLS, *OP_FUNCTIONS)
