@@ -1,8 +1,13 @@
 """The core's TileLang support that needs no GPU."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
-from npuops.kernels import CPU_TARGET, compile_kernel, cuda_target, thread_owned
+
+import npuops
+from npuops import kernels
+from npuops.kernels import CPU_TARGET, DEFAULT_TARGET_MULTIPROCESSORS, compile_kernel, cuda_target, thread_owned
 
 
 def test_cuda_target_takes_the_arch_from_the_environment_without_a_gpu(monkeypatch):
@@ -18,6 +23,72 @@ def test_a_gpu_s_target_has_its_architecture_specific_features(monkeypatch, capa
     monkeypatch.delenv("NPUOPS_CUDA_ARCH", raising=False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: capability)
     assert cuda_target() == {"kind": "cuda", "arch": arch}
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    """``gpus(sms, ...)``: CUDA as if there were GPUs of those SMs (index 0 current); the SM counts
+    looked up each time. Returns the indices whose properties were read."""
+    counts: list[int] = []
+    read: list[int] = []
+
+    def properties(index):
+        read.append(index)
+        return SimpleNamespace(multi_processor_count=counts[index])
+
+    def pretend(*sms):
+        counts[:] = sms
+        kernels._device_multiprocessors.cache_clear()
+        return read
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    yield pretend
+    kernels._device_multiprocessors.cache_clear()  # no pretended count outlives the test
+
+
+def test_without_a_gpu_kernels_are_for_the_sms_of_the_build_target(monkeypatch):
+    """CI compiles the kernels on a CPU machine for sm_90a: their launch rules take the SMs of its
+    H100 and H200, so the kernels are the ones those GPUs build."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert DEFAULT_TARGET_MULTIPROCESSORS == 132
+    assert npuops.multiprocessors() == npuops.multiprocessors("cuda:1") == DEFAULT_TARGET_MULTIPROCESSORS
+
+
+def test_the_sms_are_the_device_s_looked_up_once(gpus):
+    read = gpus(66, 148)
+    assert npuops.multiprocessors() == npuops.multiprocessors("cuda") == npuops.multiprocessors(0) == 66
+    assert npuops.multiprocessors(torch.device("cuda", 1)) == npuops.multiprocessors("cuda:1") == 148
+    assert npuops.multiprocessors("cpu") == DEFAULT_TARGET_MULTIPROCESSORS  # no GPU's kernel
+    assert read == [0, 1]
+
+
+def test_a_launch_rule_follows_the_device_s_sms(gpus):
+    """The row-wise norms' row classes (one row an SM, two) are the GPU's: on a GPU of half the
+    H200's SMs 200 rows are past two waves; on one of twice as many, within one. A build key's
+    launch class goes with them, its shared part (what the kernel computes) does not."""
+    from npuops_norm.rowwise_kernel import RowNorm, class_row_counts, launch_key, row_class
+
+    rms, shape = RowNorm("rms", 1e-6, weight="w"), (200, 4096)
+    keys = {}
+    for sms, rows_class, firsts in [(132, 2, (1, 9, 133, 265)), (66, 3, (1, 9, 67, 133)), (264, 1, (1, 9, 265, 529))]:
+        gpus(sms)
+        assert (row_class(200), class_row_counts()) == (rows_class, firsts), sms
+        keys[sms] = launch_key(rms, shape, torch.bfloat16)
+    assert len({key.shared for key in keys.values()}) == 1 and [key.launch for key in keys.values()] == [2, 3, 1]
+
+
+def test_a_kernel_s_grid_follows_the_device_s_sms(gpus):
+    """Pipelined rows: four blocks an SM, each taking every so many rows."""
+    pytest.importorskip("tilelang")
+    from npuops_norm.rowwise_kernel import RowNorm, rowwise_kernel
+
+    layer_norm = RowNorm("meanvar", 1e-5, weight="w", bias=True)
+    for sms in (66, 132):
+        gpus(sms)
+        spec = rowwise_kernel(layer_norm, (2048, 4096), torch.bfloat16, threads=128, min_blocks=4, pipelined=True)
+        assert f"T.thread_binding(T.min(rows, {sms * 4}), thread=\"blockIdx.x\")" in spec.prim_func.script()
 
 
 def test_the_cpu_target_runs_a_kernel_whose_fragments_have_thread_layouts():

@@ -6,6 +6,7 @@ TileLang is imported lazily: the core and the plugins load (and list, and run ba
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -23,8 +24,10 @@ if TYPE_CHECKING:
     from .workload import Workload
 
 MIN_CAPABILITY = (8, 0)
-# The SMs of the GPU the launch rules were measured on (the H200): kernels size grids and waves by it.
-H200_SMS = 132
+# The SMs :func:`multiprocessors` gives without a GPU. Kernels compiled there (CI,
+# scripts/warm-kernel-cache.py) target sm_90a, and its H100 and H200 have 132: so those kernels are
+# the ones these GPUs build, and load from a cache warmed without them.
+DEFAULT_TARGET_MULTIPROCESSORS = 132
 TILELANG_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32",
                    torch.int8: "int8", torch.int32: "int32", torch.float8_e4m3fn: "float8_e4m3"}
 
@@ -47,6 +50,26 @@ def cuda_target(arch: str | None = None) -> dict[str, str]:
 
 
 CPU_TARGET = {"kind": "c"}
+
+
+def multiprocessors(device: torch.device | str | int | None = None) -> int:
+    """The SMs of the GPU a kernel is for, by which launch rules size grids and waves: the CUDA
+    ``device``'s (None: the current one, which :func:`cuda_target` compiles for), else (no GPU, or
+    a device other than a CUDA one) DEFAULT_TARGET_MULTIPROCESSORS. Looked up once per device, so
+    that rules may ask at every decision."""
+    if not torch.cuda.is_available():
+        return DEFAULT_TARGET_MULTIPROCESSORS
+    if device is not None:
+        device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+        if device.type != "cuda":
+            return DEFAULT_TARGET_MULTIPROCESSORS
+    index = device.index if device is not None and device.index is not None else torch.cuda.current_device()
+    return _device_multiprocessors(index)
+
+
+@functools.cache
+def _device_multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def compile_kernel(prim_func: Any, arch: str | None = None, pass_configs: Mapping[str, Any] | None = None,

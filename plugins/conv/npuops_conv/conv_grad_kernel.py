@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 
 import torch
-from npuops import H200_SMS, KernelSpec, tilelang_dtype
+from npuops import KernelSpec, multiprocessors, tilelang_dtype
 
 from .conv_kernel import (ChannelsFirst, ConvLaunch, Problem, _all, _source, gemm_variants, no_empty_split,
                           ordered_sum, prim_func_over, store_partials, tile_allocator, tile_product, too_large,
@@ -89,9 +89,13 @@ SPLIT_TILES_PER_SPLIT = 8  # ... at least this many each split keeps
 DGRAD_MAX_SPLITS = 16
 WGRAD_MIN_TILES_PER_SPLIT = 4  # a weight-gradient split keeps at least 4 K tiles (256 positions at 64)
 WGRAD_MAX_SPLITS = 64
-WGRAD_TARGET_BLOCKS = 2 * H200_SMS  # splits aimed at about two waves of blocks
 BIAS_COLUMNS = 128  # channels a bias-gradient block sums
 BIAS_ROWS = 8  # ... rows at a time (its fp32 partials: BIAS_ROWS per range and channel)
+
+
+def wgrad_target_blocks() -> int:
+    """The blocks weight-gradient splits aim at: about two waves on the GPU."""
+    return 2 * multiprocessors()
 
 
 def unsupported(geometry: ConvGeometry, dtype: torch.dtype) -> str | None:
@@ -254,7 +258,8 @@ def _dgrad_gemm_launch(q: Grad) -> ConvLaunch:
     tiles = lambda bM, bN: -(-q.rows // bM) * -(-p.cg // bN) * g.groups * q.phases
     # Never 128 x 256: the gathered operand's producer threads cap a thread at 128 registers, all
     # of them that tile's accumulator (ptxas: ~770 bytes spilled, wgmma serialized).
-    if tiles(128, block_N) >= H200_SMS:
+    sms = multiprocessors()
+    if tiles(128, block_N) >= sms:
         block_M, stages = 128, 3
     else:
         block_M, stages = 64, 4
@@ -262,8 +267,8 @@ def _dgrad_gemm_launch(q: Grad) -> ConvLaunch:
     k_tiles = q.max_taps * -(-p.og // block_K)
     splits = 1
     count = tiles(block_M, block_N)
-    if q.phases == 1 and g.groups == 1 and k_tiles >= DGRAD_SPLIT_MIN_TILES and count < H200_SMS // 2:
-        splits = min(k_tiles // SPLIT_TILES_PER_SPLIT, -(-H200_SMS // count), DGRAD_MAX_SPLITS)
+    if q.phases == 1 and g.groups == 1 and k_tiles >= DGRAD_SPLIT_MIN_TILES and count < sms // 2:
+        splits = min(k_tiles // SPLIT_TILES_PER_SPLIT, -(-sms // count), DGRAD_MAX_SPLITS)
         splits = no_empty_split(k_tiles, splits)
     per_split = -(-k_tiles // splits)
     return ConvLaunch("split_k" if splits > 1 else "gemm", block_M, block_N, block_K,
@@ -326,7 +331,8 @@ def wgrad_default(q: Grad) -> ConvLaunch:
     launch = _with_splits(q, block_M, block_N, block_K, 3, _threads(block_M, block_N))
     # Few weight tiles and positions too few to split further (a 7x7 map's 196, a 64-channel layer's
     # weights): smaller tiles until a wave of blocks runs, 64 rows first, then narrower columns.
-    while launch.splits * _wgrad_tiles(q, launch.block_M, launch.block_N) < H200_SMS and launch.block_N > 32:
+    sms = multiprocessors()
+    while launch.splits * _wgrad_tiles(q, launch.block_M, launch.block_N) < sms and launch.block_N > 32:
         block_M, block_N = (64, launch.block_N) if launch.block_M > 64 else (64, launch.block_N // 2)
         launch = _with_splits(q, block_M, block_N, block_K, 3, _threads(block_M, block_N))
     return launch
@@ -345,7 +351,7 @@ def _with_splits(q: Grad, block_M, block_N, block_K, stages, threads, splits=Non
     k_tiles = -(-q.positions // block_K)
     if splits is None:
         tiles = _wgrad_tiles(q, block_M, block_N)
-        splits = max(1, min(WGRAD_TARGET_BLOCKS // tiles, k_tiles // WGRAD_MIN_TILES_PER_SPLIT, WGRAD_MAX_SPLITS))
+        splits = max(1, min(wgrad_target_blocks() // tiles, k_tiles // WGRAD_MIN_TILES_PER_SPLIT, WGRAD_MAX_SPLITS))
     splits = no_empty_split(k_tiles, max(1, min(splits, k_tiles)))
     per_split = -(-k_tiles // splits)
     return ConvLaunch("split_k" if splits > 1 else "gemm", block_M, block_N, block_K, max(1, min(stages, per_split)),
@@ -358,7 +364,7 @@ def wgrad_direct_launch(q: Grad, outputs: int = 256, threads: int = 256) -> Conv
     p = q.problem
     elements = q.geometry.out_channels * p.taps * p.cg
     blocks = -(-elements // outputs)
-    splits = max(1, min(WGRAD_TARGET_BLOCKS // blocks, q.positions // 16, 1024))
+    splits = max(1, min(wgrad_target_blocks() // blocks, q.positions // 16, 1024))
     splits = no_empty_split(q.positions, splits)
     return ConvLaunch("direct", outputs, 1, 0, 0, threads, splits)
 
@@ -718,7 +724,7 @@ def bias_ranges(q: Grad) -> int:
     """Position ranges of the bias gradient's partial sums: about two waves of blocks, each range at
     least 8 row steps."""
     blocks = -(-q.geometry.out_channels // BIAS_COLUMNS)
-    return max(1, min(WGRAD_TARGET_BLOCKS // blocks, q.positions // (8 * BIAS_ROWS)))
+    return max(1, min(wgrad_target_blocks() // blocks, q.positions // (8 * BIAS_ROWS)))
 
 
 def _wgrad_params(q: Grad, config: ConvLaunch):

@@ -57,7 +57,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops import H200_SMS, VECTOR_BYTES, KernelKey, KernelSpec, tilelang_dtype
+from npuops import VECTOR_BYTES, KernelKey, KernelSpec, multiprocessors, tilelang_dtype
 
 from .layouts import CHANNELS_LAST
 from .ops._geometry import ConvGeometry
@@ -305,7 +305,8 @@ def default_launch(p: Problem) -> ConvLaunch:
         return direct_launch(p)
     block_K = gemm_block_K(p)
     block_N = 32 if p.og <= 32 else 64 if p.og <= 64 else 128
-    if _tiles(p, 128, block_N) >= H200_SMS:
+    sms = multiprocessors()
+    if _tiles(p, 128, block_N) >= sms:
         block_M, stages = 128, 3
     else:
         block_M, stages = 64, 4
@@ -313,8 +314,8 @@ def default_launch(p: Problem) -> ConvLaunch:
     k_tiles = -(-p.k // block_K)
     tiles = _tiles(p, block_M, block_N)
     splits = 1
-    if k_tiles >= SPLIT_K_MIN_TILES and tiles < H200_SMS // 2 and g.groups == 1:
-        splits = min(k_tiles // SPLIT_K_TILES_PER_SPLIT, -(-H200_SMS // tiles), MAX_SPLITS)
+    if k_tiles >= SPLIT_K_MIN_TILES and tiles < sms // 2 and g.groups == 1:
+        splits = min(k_tiles // SPLIT_K_TILES_PER_SPLIT, -(-sms // tiles), MAX_SPLITS)
         splits = no_empty_split(k_tiles, splits)
     per_split = -(-k_tiles // splits)
     return ConvLaunch("split_k" if splits > 1 else "gemm", block_M, block_N, block_K,
@@ -376,7 +377,7 @@ def launch_variants(p: Problem) -> list[dict]:
         block_K, k_tiles = first.block_K, -(-p.k // first.block_K)
         variants += gemm_variants(block_K, k_tiles, wide=p.og >= 256, splittable=p.geometry.groups == 1,
                                    copied_a=p.input_is_a)
-        if _tiles(p, 64, 64) < H200_SMS:  # few output rows: narrower column tiles, more blocks
+        if _tiles(p, 64, 64) < multiprocessors():  # few output rows: narrower column tiles, more blocks
             variants.append(ConvLaunch("gemm", 64, 32, block_K, max(1, min(4, k_tiles)), 128, 1))
         if p.cg % 32 == 0 and block_K != 32 and p.dtype.itemsize == 2:  # the aligned form, narrower tiles
             variants.append(ConvLaunch("gemm", 64, 128, 32, max(1, min(4, -(-p.k // 32))), 256, 1))

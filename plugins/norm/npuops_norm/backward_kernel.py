@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from npuops import H200_SMS, VECTOR_BYTES, compile_kernel, interleaved_vectors, launcher, thread_owned, tilelang_dtype
+from npuops import (VECTOR_BYTES, compile_kernel, interleaved_vectors, launcher, multiprocessors, thread_owned,
+                    tilelang_dtype)
 
 from .block_reduce import tree_reducer
 
@@ -57,10 +58,10 @@ def vector_of(hidden: int, itemsize: int) -> int:
 
 def default_launch(spec: RowBackward) -> RowBackwardLaunch:
     """About ELEMENTS_PER_THREAD elements a thread (a power of two from 32 to 1024 threads) and one
-    block per SM of an H200 at most, each taking an equal share of the rows (fewer partial rows to
+    block per SM of the GPU at most, each taking an equal share of the rows (fewer partial rows to
     sum than rows: the workspace moves blocks x hidden x 4 bytes twice)."""
     threads = 1 << max(5, min(10, (spec.hidden // ELEMENTS_PER_THREAD).bit_length() - 1))
-    per_block = -(-spec.rows // min(spec.rows, H200_SMS))
+    per_block = -(-spec.rows // min(spec.rows, multiprocessors()))
     return RowBackwardLaunch(threads, -(-spec.rows // per_block))
 
 

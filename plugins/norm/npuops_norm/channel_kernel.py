@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from npuops import H200_SMS, VECTOR_BYTES, interleaved_vectors, thread_owned, tilelang_dtype
+from npuops import VECTOR_BYTES, interleaved_vectors, multiprocessors, thread_owned, tilelang_dtype
 
 from .backward_kernel import bind, columns_kernel
 from .block_reduce import tree_reducer
@@ -155,11 +155,11 @@ def default_launch(spec: ChannelNorm) -> ChannelLaunch:
     gaps (1.5-2 us each on the H100) cost small tensors more than their bytes do; it spreads over
     one block a unit, fewer than the chain's blocks (64 of batch norm's [8, 64, 32, 32]), each
     reading its unit once. Larger units take the chain: rows split into chunks of at most CHUNK
-    elements, and further while the grid would not give every SM of an H200 two blocks (chunks of
+    elements, and further while the grid would not give every SM of the GPU two blocks (chunks of
     at least a block's worth of vectors)."""
     chunks = -(-spec.hw // CHUNK)
     least = SUM_THREADS * vector_of(spec.hw, spec.dtype.itemsize)
-    while spec.rows * chunks < 2 * H200_SMS and spec.hw // (chunks * 2) >= least:
+    while spec.rows * chunks < 2 * multiprocessors() and spec.hw // (chunks * 2) >= least:
         chunks *= 2
     if takes_unit_kernel(spec):
         return ChannelLaunch(chunks, kernel="unit", unit_threads=unit_threads_for(spec))

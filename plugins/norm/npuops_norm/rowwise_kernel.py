@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops import (EVICT_LAST_LOAD, H200_SMS, VECTOR_BYTES, KernelKey, KernelSpec, load_vectors_evict_last,
+from npuops import (EVICT_LAST_LOAD, VECTOR_BYTES, KernelKey, KernelSpec, load_vectors_evict_last, multiprocessors,
                     tilelang_dtype, wide_indices)
 
 from .block_reduce import (block_reducer, cluster_kernel, cluster_split, exchange_barrier_initializer, exchange_slots,
@@ -58,10 +58,6 @@ SHARED_PER_SM, SHARED_RESERVED_PER_BLOCK = 228 * 1024, 1024 + 256  # the reserve
 # 4096 wide, equal at 8192) and the weight loaded with the row.
 FEW_ROWS = 8
 FEW_ROWS_ELEMENTS_PER_THREAD = 8
-# Rows that fit one block an SM gain nothing from budgeting registers for two: 64 rows of 32768
-# (L1Norm, 1024 threads) took 9.84 µs so and 6.69 with registers unbounded
-# (L2Norm 9.44 against 6.66).
-ONE_WAVE_ROWS = H200_SMS
 # Many wide rows: twice the share per thread (16384 wide, and LayerNorm-kind rows 8192 wide), with
 # four blocks an SM where ptxas holds that without spilling: at 128 threads (128 registers) and for
 # light rows (64 registers at 256 threads). Read off tunings on the H200, where this
@@ -84,6 +80,13 @@ PIPELINED_BLOCKS_PER_SM = 4
 PIPELINE_SPARE_REGISTERS = 32  # a thread's registers besides its two rows
 
 
+def one_wave_rows() -> int:
+    """Rows that fit one block an SM of the GPU the kernel is for: they gain nothing from budgeting
+    registers for two. 64 rows of 32768 (L1Norm, 1024 threads) took 9.84 µs so and 6.69 with
+    registers unbounded (L2Norm 9.44 against 6.66)."""
+    return multiprocessors()
+
+
 def elements_per_thread(spec: RowNorm, rows: int, hidden: int) -> int:
     if rows <= FEW_ROWS:
         return FEW_ROWS_ELEMENTS_PER_THREAD
@@ -92,7 +95,7 @@ def elements_per_thread(spec: RowNorm, rows: int, hidden: int) -> int:
     if spec.stat == "meanvar" and chunkable(spec) and hidden >= WIDE_ROW and not holds_f32(spec, rows):
         return ELEMENTS_PER_THREAD  # LayerNorm 2048 x 16384 in 16 bits: 512 x 2 37.52 µs, 256 x 2 38.88
     wide = hidden >= (MEANVAR_WIDE_ROW if spec.stat == "meanvar" else WIDE_ROW)
-    return WIDE_ROW_ELEMENTS_PER_THREAD if rows > ONE_WAVE_ROWS and wide else ELEMENTS_PER_THREAD
+    return WIDE_ROW_ELEMENTS_PER_THREAD if rows > one_wave_rows() and wide else ELEMENTS_PER_THREAD
 
 
 def light(spec: RowNorm) -> bool:
@@ -137,7 +140,8 @@ def pipelines(spec: RowNorm, rows: int, hidden: int) -> bool:
     """The rule's ``pipelined`` (see PIPELINED_ROW): many plain rows over 2048 and at most 4096 wide,
     unpadded (a multiple of 32: some power-of-two thread count divides them), with a weight, bias,
     modulation or gain, but RMSNormQuant's."""
-    return (rows > ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM and pipelinable(spec) and PIPELINED_ROW // 2 < hidden <= PIPELINED_ROW
+    return (rows > one_wave_rows() * MIN_BLOCKS_PER_SM and pipelinable(spec)
+            and PIPELINED_ROW // 2 < hidden <= PIPELINED_ROW
             and hidden % 32 == 0 and loads_operands(spec) and not absmax_joins_statistic(spec))
 
 
@@ -160,7 +164,7 @@ def evict_lastable(spec: RowNorm, hidden: int, threads: int, itemsize: int) -> b
 
 def min_blocks_per_sm(spec: RowNorm, rows: int, hidden: int, threads: int) -> int:
     """Blocks per SM to budget registers for: only rows beyond one block an SM share one."""
-    if rows <= ONE_WAVE_ROWS:
+    if rows <= one_wave_rows():
         return 1
     wide_share = elements_per_thread(spec, rows, hidden) == WIDE_ROW_ELEMENTS_PER_THREAD <= hidden // threads
     if wide_share and (threads <= 128 or light(spec)):
@@ -190,12 +194,14 @@ def row_class(rows: int) -> int:
     """Which of the launch rule's row-count classes ``rows`` falls in (every decision of the rule
     and of :func:`launch_variants` that depends on the row count is one of these thresholds): a
     build for one row count serves every other of its class, the count given at launch."""
-    return sum(rows > limit for limit in (FEW_ROWS, ONE_WAVE_ROWS, ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM))
+    wave = one_wave_rows()
+    return sum(rows > limit for limit in (FEW_ROWS, wave, wave * MIN_BLOCKS_PER_SM))
 
 
 def class_row_counts() -> tuple[int, ...]:
     """A row count of each of :func:`row_class`'s classes, the first of each."""
-    return (1, FEW_ROWS + 1, ONE_WAVE_ROWS + 1, ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM + 1)
+    wave = one_wave_rows()
+    return (1, FEW_ROWS + 1, wave + 1, wave * MIN_BLOCKS_PER_SM + 1)
 
 
 def launch_key(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, samples: int = 1) -> KernelKey:
@@ -245,7 +251,7 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
     grouped = spec.groups > 1 or spec.segments > 1
     base = FEW_ROWS_ELEMENTS_PER_THREAD if rows <= FEW_ROWS else ELEMENTS_PER_THREAD
     shares = (elements_per_thread(spec, rows, hidden), base, base // 2, *(m * base for m in (2, 4) if m * base <= 64))
-    two_blocks = [MIN_BLOCKS_PER_SM] if rows > ONE_WAVE_ROWS else []
+    two_blocks = [MIN_BLOCKS_PER_SM] if rows > one_wave_rows() else []
     variants = []
     for per_thread in dict.fromkeys(shares):
         threads, padded = launch_threads(hidden, dtype.itemsize, per_thread)
@@ -276,7 +282,7 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
             asked = {c["min_blocks"] for c in variants if c["threads"] == threads} | {fit}
             variants += [{"threads": threads, "min_blocks": blocks, "staged": True} for blocks in sorted(asked)
                          if 1 < blocks <= fit and blocks * threads * REGISTER_CAPS[-1] <= REGISTERS_PER_SM]
-    if rows > ONE_WAVE_ROWS * MIN_BLOCKS_PER_SM and pipelinable(spec):
+    if rows > one_wave_rows() * MIN_BLOCKS_PER_SM and pipelinable(spec):
         # The plain register launches, pipelined, where the two rows a thread holds leave it
         # PIPELINE_SPARE_REGISTERS of its share. They won 14 of 109 tunings on the H200: 13 of
         # 2048 x 4096 (LayerNorm 12.03 -> 11.36 µs) and RMSNormQuant 2048 x 16384 f16 (27.87 ->
@@ -443,7 +449,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # (made above for ``shape``'s) are the same (``row_class``); int64 indices past 2^31 elements.
     row_count = T.dynamic("rows", "int64" if wide_indices(shape) else "int32")
     # blocks (each a row, or pipelined: several)
-    grid = T.min(row_count, H200_SMS * min_blocks) if pipelined else row_count
+    grid = T.min(row_count, multiprocessors() * min_blocks) if pipelined else row_count
     vec = vector_elements(span, threads, dtype.itemsize)
     vectors = span // (threads * vec)
     if cluster > 1 and (not plain or hidden % cluster or masked):

@@ -54,7 +54,7 @@ TileLang evaluates the prim_funcs' tensor annotations, which must see the enclos
 from collections.abc import Callable
 
 import torch
-from npuops import H200_SMS, VECTOR_BYTES, compile_kernel, tilelang_dtype
+from npuops import VECTOR_BYTES, compile_kernel, multiprocessors, tilelang_dtype
 
 from .block_reduce import block_reducer, cluster_kernel, cluster_split, exchange_slots, thread_major
 
@@ -301,10 +301,10 @@ COOPERATIVE_MAX_SLAB = 32  # rows a block: pass 3 ends each row's sum on a threa
 #                            sums of every row in the spare shared memory
 
 
-def cooperative_blocks(rows: int, cols: int, sms: int = H200_SMS) -> int:
-    """Blocks of the cooperative kernel: one an SM at most (a cooperative launch needs every block
-    resident), a power of two dividing the rows and the columns."""
-    blocks = 1 << (sms.bit_length() - 1)
+def cooperative_blocks(rows: int, cols: int, sms: int | None = None) -> int:
+    """Blocks of the cooperative kernel: one an SM (of ``sms``, by default the GPU's) at most (a
+    cooperative launch needs every block resident), a power of two dividing the rows and the columns."""
+    blocks = 1 << ((sms or multiprocessors()).bit_length() - 1)
     while rows % blocks or cols % blocks:
         blocks //= 2
     return blocks
@@ -509,12 +509,12 @@ def _cooperative(rows: int, cols: int, dt: str, itemsize: int, eps: float, threa
 COLUMN_SLAB_IN_FLIGHT = 8  # 16-byte loads of W each thread of the column-slab kernel has in flight
 
 
-def column_slab_blocks(rows: int, cols: int, itemsize: int, sms: int = H200_SMS) -> int | None:
-    """Blocks of :func:`_column_slabs`: the most, at most one an SM, whose slabs of columns are
-    whole 16-byte vectors of a row spread over a power of two of a warp's lanes, with an equal
-    share of the rows each for the last sums; None where no count does."""
+def column_slab_blocks(rows: int, cols: int, itemsize: int, sms: int | None = None) -> int | None:
+    """Blocks of :func:`_column_slabs`: the most, at most one an SM (of ``sms``, by default the
+    GPU's), whose slabs of columns are whole 16-byte vectors of a row spread over a power of two of
+    a warp's lanes, with an equal share of the rows each for the last sums; None where no count does."""
     vec = VECTOR_BYTES // itemsize
-    for blocks in range(min(sms, cols // vec), 0, -1):
+    for blocks in range(min(sms or multiprocessors(), cols // vec), 0, -1):
         lanes = cols // blocks // vec
         if cols % blocks == 0 and rows % blocks == 0 and (cols // blocks) % vec == 0 and lanes <= 32 \
                 and lanes & (lanes - 1) == 0:
@@ -522,7 +522,7 @@ def column_slab_blocks(rows: int, cols: int, itemsize: int, sms: int = H200_SMS)
     return None
 
 
-def column_slabs_fit(rows: int, cols: int, itemsize: int, threads: int, sms: int = H200_SMS) -> bool:
+def column_slabs_fit(rows: int, cols: int, itemsize: int, threads: int, sms: int | None = None) -> bool:
     """Whether :func:`_column_slabs` takes W [rows, cols] at ``threads``: each step over a slab
     covers a whole number of rows, the rows split evenly into steps, and a block's share of the
     rows for the last sums is at most a thread each."""
@@ -757,10 +757,8 @@ def build_power_iteration(shape: tuple[int, int], dtype: torch.dtype, eps: float
     that the device's SMs take)."""
     rows, cols = shape
     dt = tilelang_dtype(dtype)
-    # A cooperative launch needs every block resident: at most the device's SMs (on the CPU, which
-    # only compiles, an H200's).
-    sms = min(torch.cuda.get_device_properties(device).multi_processor_count, H200_SMS) \
-        if torch.device(device).type == "cuda" else H200_SMS
+    # A cooperative launch needs every block resident: at most the device's SMs.
+    sms = multiprocessors(device)
     if threads is None:
         default = next(v for v in launch_variants(rows, cols, dtype)
                        if not v.get("column_slabs") or column_slabs_fit(rows, cols, dtype.itemsize, v["threads"], sms))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from npuops.check import check
-from npuops.kernels import compile_kernel
+from npuops.kernels import compile_kernel, multiprocessors
 from npuops.registry import load_registry
 from npuops_norm.rowwise_kernel import RowNorm
 
@@ -510,7 +510,7 @@ def test_rows_beyond_two_blocks_an_sm_offer_pipelined_launches():
     """Rows beyond two blocks an SM of plain rows without a residual may be pipelined: min_blocks
     blocks an SM, each taking every so many rows, the next row's loads issued before this row's
     reductions, a barrier after each row; other rows are not."""
-    from npuops_norm.rowwise_kernel import H200_SMS, launch_variants, rowwise_kernel
+    from npuops_norm.rowwise_kernel import launch_variants, rowwise_kernel
 
     pipelined = [v for v in launch_variants(LAYER_NORM_QUANT, (2048, 8192), torch.bfloat16) if v.get("pipelined")]
     assert pipelined and all(set(v) == {"threads", "min_blocks", "pipelined"} and v["min_blocks"] in (2, 4) for v in pipelined)
@@ -524,7 +524,7 @@ def test_rows_beyond_two_blocks_an_sm_offer_pipelined_launches():
     assert {(128, 4), (128, 2)} <= {(v["threads"], v["min_blocks"]) for v in pipelined}
     kernel = rowwise_kernel(LAYER_NORM_QUANT, (2048, 8192), torch.bfloat16, threads=128, min_blocks=4, pipelined=True)
     source = compile_kernel(kernel.prim_func, arch="sm_90").get_kernel_source()
-    grid = H200_SMS * 4
+    grid = multiprocessors() * 4
     assert f"< {-(-2048 // grid)}; ++" in source  # each block's rows
     assert source.count("__syncthreads()") == 3  # the two reductions' and one after each row
     with pytest.raises(ValueError, match="pipelined row"):

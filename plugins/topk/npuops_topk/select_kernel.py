@@ -1,5 +1,5 @@
 """TileLang top-k selection (TopkSelectorFwd): an exact radix select that reads each row (query
-row, kv group) once. By default as many blocks as the H200 holds at once each take every
+row, kv group) once. By default as many blocks as the GPU holds at once each take every
 ``grid``-th row in turn (``grid`` 0: one block per row).
 
 Scores become order-preserving 32-bit keys (negative floats bit-flipped, others with the sign bit
@@ -38,7 +38,7 @@ annotations, which must see the shapes.)
 """
 
 import torch
-from npuops import H200_SMS, KernelSpec
+from npuops import KernelSpec, multiprocessors
 
 THREADS = 256
 VECTOR = 16  # keys each thread loads per step (four 16-byte loads)
@@ -51,12 +51,17 @@ BLOCKS_PER_SM = 5
 # The default launch, the fastest measured on the H200 (topk 1024 / 2048: 1.83 / 2.07 ms):
 # 256 threads, the compiler held to five blocks per SM (a 4096-key list, 34 KB of shared
 # memory each), so that four other blocks' loads overlap one block's selection rounds; as many
-# blocks as fit at once, each taking every grid-th row and reusing floors; warp shuffles for the
-# scans and the slot reservations; listed keys marked once per step; the next row's first step
-# loaded during a row's rounds.
+# blocks as fit at once (``grid``: :func:`default_grid`, left out here as it depends on the GPU),
+# each taking every grid-th row and reusing floors; warp shuffles for the scans and the slot
+# reservations; listed keys marked once per step; the next row's first step loaded during a row's
+# rounds.
 DEFAULT = {"threads": THREADS, "vector": VECTOR, "blocks_per_sm": BLOCKS_PER_SM, "candidates": CANDIDATES,
-           "warp_scan": True, "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True, "lead": True,
-           "grid": H200_SMS * BLOCKS_PER_SM}
+           "warp_scan": True, "warp_append": True, "digit_bits": DIGIT_BITS, "marks": True, "lead": True}
+
+
+def default_grid() -> int:
+    """The default launch's ``grid``: as many blocks as the GPU holds at once."""
+    return multiprocessors() * BLOCKS_PER_SM
 
 
 def launch_variants() -> list[dict]:
@@ -76,8 +81,8 @@ def launch_variants() -> list[dict]:
     - ``lead``: the row's first step is loaded before the sample is counted (with ``grid``:
       during the previous row's rounds), so that its latency overlaps them (48 registers at five
       blocks per SM, no spills).
-    - ``grid``: that many blocks (the H200's 132 SMs times five), each taking every grid-th
-      row and handing its floor on to the next (0: a block per row, each sampling its row).
+    - ``grid``: that many blocks (by default the GPU's SMs times five), each taking every
+      grid-th row and handing its floor on to the next (0: a block per row, each sampling its row).
 
     The ``warp_`` options, ``marks`` and ``lead`` are written per thread, which TileLang's CPU target cannot
     build; :func:`tile_level` gives a configuration's twin without them. Measured on the H200
@@ -95,7 +100,8 @@ def launch_variants() -> list[dict]:
     rounds on the listed keys less the floor, skipping those whose digits are all 0 (2.20 / 2.49
     against 2.18 / 2.45: the pass that finds the largest listed key cost more than the round it
     saved)."""
-    return [DEFAULT, {**DEFAULT, "lead": False}, {**DEFAULT, "grid": 0}]
+    default = {**DEFAULT, "grid": default_grid()}
+    return [default, {**default, "lead": False}, {**default, "grid": 0}]
 
 
 def tile_level(config: dict) -> dict:
@@ -128,9 +134,11 @@ def select_kernel(batch: int, seq_len: int, seq_len_kv: int, kv_group: int, topk
                   blocks_per_sm: int = DEFAULT["blocks_per_sm"], warp_append: bool = DEFAULT["warp_append"],
                   candidates: int = DEFAULT["candidates"], warp_scan: bool = DEFAULT["warp_scan"],
                   digit_bits: tuple[int, ...] = DEFAULT["digit_bits"], marks: bool = DEFAULT["marks"],
-                  lead: bool = DEFAULT["lead"], grid: int = DEFAULT["grid"]) -> KernelSpec:
+                  lead: bool = DEFAULT["lead"], grid: int | None = None) -> KernelSpec:
     import tilelang.language as T
 
+    if grid is None:
+        grid = default_grid()
     STEP = threads * vector  # keys a block loads per step; also the sample's size
 
     rows = batch * seq_len * kv_group
