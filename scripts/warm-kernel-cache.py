@@ -3,7 +3,8 @@ into a TileLang cache that ships to the GPU machine: there each kernel loads ins
 (the GPU machine's compile time is most of a run's). Keys match when the TileLang version, the
 kernel's TIR and the target ({"kind": "cuda", "arch": "sm_90a"}) do; a miss just compiles.
 
-    python scripts/warm-kernel-cache.py [--family norm,pool] [--op RMSNormFwd,...] [--variants] [--jobs 2]
+    python scripts/warm-kernel-cache.py [--family norm,pool] [--op RMSNormFwd,...] [--variants]
+                                        [--launch-classes] [--jobs 2]
 
 Writes .kcache/cache.tar.xz (git-ignored), adding to what it held (--fresh: starting empty); carry
 ".kcache" with the device call and scripts/h200-session.sh unpacks it into the run's
@@ -22,16 +23,23 @@ from pathlib import Path
 ARCH = "sm_90a"
 
 
-def build(job: tuple[str, bool]) -> str | None:
+def build(job: tuple[str, bool, bool]) -> str | None:
     import torch
     from npuops.registry import load_registry
 
-    key, variants = job
+    key, variants, classes = job
     registry = load_registry()
     op_name, wid = key.split("/")
     op, impl = registry.op(op_name), registry.implementation(op_name, "tilelang")
+    w, cpu = op.workload(wid), torch.device("cpu")
     try:
-        impl.builds(op, op.workload(wid), torch.device("cpu"), tune=variants)  # binding needs no GPU
+        impl.builds(op, w, cpu, tune=variants)  # binding needs no GPU
+        if classes and impl.launch_classes is not None:  # the builds a function's first call starts behind it
+            built = {impl.build_key(op, w)}
+            for other in impl.launch_classes(op, w):
+                if impl.build_key(op, other) not in built:
+                    built.add(impl.build_key(op, other))
+                    impl.build(op, other, cpu)
     except Exception as exc:  # reported; the rest go on
         return f"{key}: {type(exc).__name__}: {exc}"[:300]
     return None
@@ -43,6 +51,8 @@ def main() -> int:
     parser.add_argument("--op", help="ops, e.g. RMSNormFwd,LayerNormFwd (default: every op of the families)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--variants", action="store_true", help="every launch variant too (for npuops run --tune)")
+    parser.add_argument("--launch-classes", action="store_true",
+                        help="each workload's other launch classes too (what the functions for model code build)")
     parser.add_argument("--fresh", action="store_true", help="drop the kernels the archive already holds")
     args = parser.parse_args()
 
@@ -69,7 +79,7 @@ def main() -> int:
         done = 0
         try:
             with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-                for done, error in enumerate(pool.map(build, [(key, args.variants) for key in keys]), 1):
+                for done, error in enumerate(pool.map(build, [(key, args.variants, args.launch_classes) for key in keys]), 1):
                     print(f"[{done}/{len(keys)}] {error or 'ok'}", file=sys.stderr if error else sys.stdout, flush=True)
         finally:  # interrupted too: the kernels compiled so far are kept
             # xz -9e: half the size of the default level, so more fits in a device call's carry limit.
