@@ -373,8 +373,13 @@ def wgrad_variants(q: Grad) -> list[dict]:
     first = wgrad_default(q)
     variants = [first]
     if first.kernel == "direct":
+        # Its threads walk their position range serially, a load's latency a step: shorter ranges
+        # (8 positions) too, for the few-element layers that ran latency-bound (depthwise Conv2dWgrad
+        # W14: 0.28x of cuDNN on the H200, 24 positions a thread).
         variants += [wgrad_direct_launch(q, outputs=128, threads=128),
-                     dataclasses.replace(first, splits=no_empty_split(q.positions, max(1, first.splits // 2)))]
+                     dataclasses.replace(first, splits=no_empty_split(q.positions, max(1, first.splits // 2))),
+                     dataclasses.replace(first, splits=no_empty_split(
+                         q.positions, min(1024, max(first.splits * 2, q.positions // 8))))]
     else:
         bK = first.block_K
         for bM, bN, threads in ((128, 128, 256), (64, 128, 128), (64, 256, 256)):
