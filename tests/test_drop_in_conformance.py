@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import expecttest  # noqa: F401  (the test extra; op_db's test utilities need it)
@@ -281,6 +283,18 @@ def _report_coverage(tally: Tally, device: str, record_property) -> None:
         print(f"\n[kernel coverage] {tally.label}: {description}")
 
 
+def _conclude(tally: Tally) -> None:
+    """Fail with the tally's report where anything failed (or nothing ran). With
+    NPUOPS_CONFORMANCE_REPORTS set, every test's report is also written there as it ends (a file a
+    test): a run cut short keeps the reports of the tests that ended."""
+    folder = os.environ.get("NPUOPS_CONFORMANCE_REPORTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', tally.label)}.txt").write_text(tally.report() + "\n")
+    if tally.kinds or not tally.ran:
+        pytest.fail(tally.report(), pytrace=False)
+
+
 # ---------------------------------------------------------------------------------------------
 # the tests
 
@@ -348,8 +362,7 @@ def test_samples_match_torch(device, name, dtype, record_property, quiet):
             if problem:
                 tally.fail("wrong", problem, where, sample)
     _report_coverage(tally, device, record_property)
-    if tally.kinds or not tally.ran:
-        pytest.fail(tally.report(), pytrace=False)
+    _conclude(tally)
 
 
 def _detached(value: Any, leaves: list[tuple[str, torch.Tensor]], label: str) -> Any:
@@ -433,5 +446,4 @@ def test_gradients_match_torch(device, name, dtype, quiet):
                 if problem:
                     tally.fail("wrong", f"grad of {label}: {problem}", where, sample)
                     break
-    if tally.kinds or not tally.ran:
-        pytest.fail(tally.report(), pytrace=False)
+    _conclude(tally)
