@@ -15,6 +15,7 @@ import functools
 import importlib
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -310,6 +311,11 @@ class AcceleratorDevice(Device):
         api.current_stream().wait_stream(side)
         graph_cls = getattr(api, "CUDAGraph", None) or getattr(api, "NPUGraph")
         graph = graph_cls()
+        # A build running behind the functions' calls loads its kernel from its own thread: not
+        # while this capture runs, which CUDA would refuse (the functions loaded: a user's model).
+        functional = sys.modules.get(f"{__package__}.functional")
+        if functional is not None:
+            functional.finish_builds()
         with api.graph(graph):
             fn()
         return graph.replay
