@@ -37,7 +37,6 @@ import functools
 import inspect
 import operator
 import threading
-import time
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable
@@ -175,6 +174,7 @@ def _warn_once(function: str, what: str, then: str = TORCH_RUNS) -> None:
 # -- builds ---------------------------------------------------------------------------------------
 _builds: dict[Hashable, Any] = {}
 _build_lock = threading.Lock()
+_build_done = threading.Condition(_build_lock)  # notified as each build behind the calls ends
 _PENDING = object()  # a build running behind the calls, while another stands in
 
 
@@ -212,8 +212,9 @@ def _build_behind(builds: list[tuple[tuple, Workload]], impl, op, device: torch.
         for key, w in builds:
             kernel = _build(impl, op, w, device, function,
                             "the kernel of another launch class keeps running these calls")
-            with _build_lock:
+            with _build_done:
                 _builds[key] = kernel if kernel is not None else stand_in
+                _build_done.notify_all()
 
 
 def _behind(builds: list[tuple[tuple, Workload]], impl, op, device: torch.device, function: str,
@@ -247,12 +248,8 @@ def finish_builds(timeout: float | None = None) -> bool:
     """Wait until no build runs behind the calls (a launch class's, see :func:`_kernel`), at most
     ``timeout`` seconds: whether none does. For code that must not share its first seconds with
     compilation, and for timing the calls as they run once every kernel is built."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while any(kernel is _PENDING for kernel in list(_builds.values())):
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    with _build_done:
+        return _build_done.wait_for(lambda: all(kernel is not _PENDING for kernel in _builds.values()), timeout)
 
 
 def _kernel(impl, op, w: Workload, device: torch.device, function: str,
@@ -277,9 +274,9 @@ def _kernel(impl, op, w: Workload, device: torch.device, function: str,
                 if kernel is not None and (others := _other_classes(impl, op, w, key)):
                     _behind(others, impl, op, device, function, kernel)
     if kernel is _PENDING:  # behind=False while a build runs behind: wait for it
-        while _builds[key] is _PENDING:
-            time.sleep(0.05)
-        kernel = _builds[key]
+        with _build_done:
+            _build_done.wait_for(lambda: _builds[key] is not _PENDING)
+            kernel = _builds[key]
     return (kernel, None, None) if kernel is not None else (None, "kernel failed to build", None)
 
 
