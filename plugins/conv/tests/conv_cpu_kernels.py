@@ -82,7 +82,7 @@ def use_cpu_target_kernels(monkeypatch, specs: dict[str, Callable],
     from npuops import functional as core
     from npuops.kernels import CPU_TARGET, compile_kernel
     from npuops.registry import load_registry
-    from npuops_conv.layouts import CHANNELS_LAST, channels_last_kernel
+    from npuops_conv.layouts import channels_last_kernel
 
     registry = load_registry()
     make_plan = core._plan
@@ -105,10 +105,8 @@ def use_cpu_target_kernels(monkeypatch, specs: dict[str, Callable],
             received(fn.op, {**tensors, "output": output})
             return output
 
-        # the output layout the op is asked for, as its build binds it (Conv2dDgrad's and
-        # Conv2dWgrad's: channels last)
-        output_layout = op.config(w).get("output_layout", CHANNELS_LAST)
-        kernel = channels_last_kernel(bound if received is None else seen, output_layout)
+        # the output layout the op is asked for, as its build binds it
+        kernel = channels_last_kernel(bound if received is None else seen, op.output_layout(w))
         read = [name not in fn.shape_only for name in made.names]
 
         def launch(*tensors):

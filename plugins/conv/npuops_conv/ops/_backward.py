@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 import torch
 
-from ..layouts import CHANNELS_LAST
 from ._conv_op import ConvOp
 from ._geometry import LAYOUT_2D, ConvGeometry, conv_params, forward_geometry
 
@@ -53,8 +52,7 @@ class DataGradientKernel:
     Conv2dTranspose, its adjoint form): ``conv_grad_kernel.dgrad_kernel`` over the forward
     geometry. ``kernel_inputs``: the op's names of dy and the weight; ``kernel_bias``: whether the
     workload's bias is added to the output (the transpose's; C_in channels); the workload param
-    ``output_layout`` (``_forward.OUTPUT_LAYOUT``, where the op has it: Conv2dTranspose), the
-    layout the kernel writes the output in (channels last otherwise)."""
+    ``output_layout`` (``_forward.OUTPUT_LAYOUT``), the layout the kernel writes the output in."""
 
     kernel_inputs: tuple[str, str] = ("grad_output", "weight")
     kernel_description = ("TileLang implicit GEMM over grad_output with the transposed weight on tensor cores, "
@@ -74,10 +72,6 @@ class DataGradientKernel:
         from ..conv_kernel import Problem
 
         return dgrad_variants(Grad(Problem(self.geometry(w), w.dtype_of("input")), self.kernel_bias(w)))
-
-    def output_layout(self, w) -> str:
-        """The layout our kernel writes ``w``'s output in."""
-        return self.config(w).get("output_layout", CHANNELS_LAST)
 
     def tilelang_build(self, w, device, config=None):
         from ..conv_grad_kernel import dgrad_kernel

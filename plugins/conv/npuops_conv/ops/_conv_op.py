@@ -11,6 +11,7 @@ import torch
 
 from npuops import Cost, InputRNG, Op, Workload, dtype_name, tensor_bytes
 
+from ..layouts import CHANNELS_LAST
 from ._geometry import LAYOUT_2D, ConvGeometry, Layout
 
 _WORKSPACE_SLACK = 64 << 20
@@ -51,6 +52,11 @@ class ConvOp(Op):
 
     def geometry(self, w: Workload, cfg: Mapping[str, Any] | None = None) -> ConvGeometry:
         return self.resolve_geometry(f"{self.name} {w.id}", w, self.config(w) if cfg is None else cfg)
+
+    def output_layout(self, w: Workload) -> str:
+        """The layout our kernel writes ``w``'s output in: its param ``output_layout``
+        (``_forward.OUTPUT_LAYOUT``), channels last for an op without one (the weight gradient)."""
+        return self.config(w).get("output_layout", CHANNELS_LAST)
 
     def resolve_geometry(self, where: str, w: Workload, cfg: Mapping[str, Any]) -> ConvGeometry:
         """The forward convolution ``w`` computes, differentiates or transposes; WorkloadError

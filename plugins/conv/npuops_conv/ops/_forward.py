@@ -69,10 +69,6 @@ class ForwardConvOp(ConvOp, KernelOp):
 
         return unsupported(self.geometry(w), w.dtype_of("input"))
 
-    def output_layout(self, w) -> str:
-        """The layout our kernel writes ``w``'s output in."""
-        return self.config(w)["output_layout"]
-
     def kernel_key(self, w):
         from ..conv_kernel import kernel_key
 
