@@ -66,7 +66,6 @@ evaluates the prim_funcs' parameter annotations).
 
 import dataclasses
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, partial
 
@@ -275,19 +274,15 @@ def _dgrad_gemm_launch(q: Grad) -> ConvLaunch:
                       max(1, min(stages, per_split)), threads, splits)
 
 
-def _chosen(q: Grad, kind: str, rule: Callable[[Grad], ConvLaunch]) -> ConvLaunch:
-    """The launch a plain run takes: the one tuning chose for this problem (``tuned_launches.json``,
-    see :mod:`npuops_conv.tuned`), else the ``rule``'s."""
-    tuned = tuned_launch(q.geometry, q.dtype, kind=kind)
-    return ConvLaunch(**tuned) if tuned else rule(q)
-
-
 def chosen_dgrad(q: Grad) -> ConvLaunch:
-    return _chosen(q, DGRAD_BIAS if q.bias else DGRAD, dgrad_default)
+    """The launch a plain run takes: the one tuning chose for this problem (``tuned_launches.json``,
+    see :mod:`npuops_conv.tuned`), else the rule's."""
+    return tuned_launch(q.geometry, q.dtype, kind=DGRAD_BIAS if q.bias else DGRAD) or dgrad_default(q)
 
 
 def chosen_wgrad(q: Grad) -> ConvLaunch:
-    return _chosen(q, WGRAD, wgrad_default)
+    """As :func:`chosen_dgrad`, for the weight gradient."""
+    return tuned_launch(q.geometry, q.dtype, kind=WGRAD) or wgrad_default(q)
 
 
 def _direct(channels: int, outputs: int = 1024, threads: int = DIRECT_THREADS) -> ConvLaunch:

@@ -335,8 +335,7 @@ def chosen_launch(p: Problem) -> ConvLaunch:
     see :mod:`npuops_conv.tuned`), else the rule's."""
     from .tuned import tuned_launch
 
-    tuned = tuned_launch(p.geometry, p.dtype, p.relu)
-    return ConvLaunch(**tuned) if tuned else default_launch(p)
+    return tuned_launch(p.geometry, p.dtype, p.relu) or default_launch(p)
 
 
 def no_empty_split(k_tiles: int, splits: int) -> int:

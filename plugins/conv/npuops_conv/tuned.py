@@ -54,9 +54,12 @@ def tuned_launches() -> Mapping[str, Mapping[str, Any]]:
     return json.loads((files(__package__) / TABLE).read_text())
 
 
-def tuned_launch(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False,
-                 kind: str = FORWARD) -> Mapping[str, Any] | None:
-    return tuned_launches().get(problem_key(geometry, dtype, relu, kind))
+def tuned_launch(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, kind: str = FORWARD):
+    """The launch tuning chose for the problem (a ``ConvLaunch``), or None where the table has none."""
+    from .conv_kernel import ConvLaunch
+
+    tuned = tuned_launches().get(problem_key(geometry, dtype, relu, kind))
+    return ConvLaunch(**tuned) if tuned else None
 
 
 def op_problem_key(op, w) -> str | None:
