@@ -83,13 +83,19 @@ def calls(op, w, inputs):
     return (lambda: fn(*tensors, *params)), (lambda: formulation(**inputs))
 
 
-def per_call(fn, device, reps=7):
-    """(host µs, call µs) per call: medians over ``reps`` loops of back-to-back calls, once the
-    builds the first call started behind it are done (a new kernel key builds its other launch
-    classes in a thread, whose compiling would hold the GIL against the calls timed)."""
+def settled(fn, device):
+    """``fn`` called once, then the builds that call started behind it done (a new kernel key
+    builds its other launch classes in a thread, whose compiling would hold the GIL against the
+    calls measured) and the device idle."""
     fn()
     finish_builds()
     torch.cuda.synchronize(device)
+
+
+def per_call(fn, device, reps=7):
+    """(host µs, call µs) per call: medians over ``reps`` loops of back-to-back calls, once
+    :func:`settled`."""
+    settled(fn, device)
     start = time.perf_counter()
     fn()
     torch.cuda.synchronize(device)
@@ -148,17 +154,15 @@ def new_shapes(device, families):
 
 
 def profile(registry, device, calls_each=20000, top=18) -> dict[str, str]:
-    """cProfile of back-to-back calls of one workload per op of PROFILED (ours), once its builds are
-    done: where the host time of a call goes, by function (the table, as text)."""
+    """cProfile of back-to-back calls of one workload per op of PROFILED (ours), once
+    :func:`settled`: where the host time of a call goes, by function (the table, as text)."""
     profiles = {}
     for name, wid in PROFILED:
         op = registry.op(name)
         w = op.workload(wid)
         inputs = op.make_inputs(w, InputRNG(device, seed=1))
         ours, _ = calls(op, w, inputs)
-        ours()
-        finish_builds()
-        torch.cuda.synchronize(device)
+        settled(ours, device)
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(calls_each):
