@@ -37,8 +37,8 @@ def build(job: tuple[str, bool, bool]) -> str | None:
         if classes and impl.launch_classes is not None:  # the builds a function's first call starts behind it
             built = {impl.build_key(op, w)}
             for other in impl.launch_classes(op, w):
-                if impl.build_key(op, other) not in built:
-                    built.add(impl.build_key(op, other))
+                if (build_key := impl.build_key(op, other)) not in built:
+                    built.add(build_key)
                     impl.build(op, other, cpu)
     except Exception as exc:  # reported; the rest go on
         return f"{key}: {type(exc).__name__}: {exc}"[:300]
