@@ -146,8 +146,9 @@ def coverage() -> dict[str, dict[str, Any]]:
     calls = defaultdict(Counter, {name: Counter(counts) for name, counts in _calls.items()})
     for function in _functions:
         for plan in function._plans.values():
-            if plan.launches:
-                calls[function.fn.name]["ours"] += plan.launches
+            launches = plan.launches + sum(native.launches for native in plan.natives)
+            if launches:
+                calls[function.fn.name]["ours"] += launches
     report = {}
     for name, counts in sorted(calls.items()):
         why = {reason: n for reason, n in counts.items() if reason != "ours"}
@@ -160,6 +161,8 @@ def reset_coverage() -> None:
     for function in _functions:
         for plan in function._plans.values():
             plan.launches = 0
+            for native in plan.natives:
+                native.launches = 0
 
 
 TORCH_RUNS = "this call and others like it run torch's formulation"
@@ -314,6 +317,7 @@ class _Plan:
     names: tuple[str, ...]
     launch: Callable[..., Any] | None = None  # the kernel prepared for this signature, tensors positional
     launches: int = 0  # calls that ran it since reset_coverage(), counted here: one attribute on the hot path
+    natives: list = field(default_factory=list, init=False)  # its C fast calls, which count their own launches
     pending: tuple | None = None  # the build key whose kernel will replace a stand-in (see _kernel)
     outside: bool = False  # the formulation is the function's fallback: the op cannot express these calls
     # Whether the kernel takes a tensor as it is laid out: the kernel's ``accepts`` (a kernel that
@@ -678,17 +682,27 @@ class _FrontCalls(threading.local):
 _front_calls = _FrontCalls()
 
 
-def _fast_call(function: DropIn, plan: _Plan, positions: tuple[int, ...]) -> Callable[[tuple], Any]:
-    """What a front call of one signature came down to, as a function of the front's arguments:
+def _fast_launch(function: DropIn, plan: _Plan, positions: tuple[int, ...]) -> Callable[[tuple], Any]:
+    """What a front call of one signature came down to, as a function of the front's values:
     ``function``'s ``plan`` run on those at ``positions`` (as they are) by ``DropIn._run``, which
     holds the layout checks, the launch and its fallbacks (a call the kernel cannot take runs the
-    plan's formulation, counted with its reason)."""
+    plan's formulation, counted with its reason). Where the plan's launch is a C call
+    (:class:`~npuops.kernels.NativeLaunch`) of a kernel that takes contiguous tensors, the same in
+    C (``npuops._fastpath.Launch``), which hands every call it does not take to the former."""
     take, run, several = operator.itemgetter(*positions), function._run, len(positions) > 1
 
     def fast(values: tuple) -> Any:
         return run(None, take(values) if several else (take(values),), plan)
 
-    return fast
+    native = getattr(plan.launch, "native", None)
+    if (_fastpath is None or native is None or plan.accepts is not torch.Tensor.is_contiguous
+            or len(native.slots) + len(native.sizes) + 1 > _fastpath.MAX_ARGS):
+        return fast
+    returned = native.returns if function._single else tuple(native.returns[i] for i in function.fn.returns)
+    single = len(returned) == 1
+    launch = _fastpath.Launch(fast, plan, positions, native, returned, single)
+    plan.natives.append(launch)
+    return launch
 
 
 _fast_paths: list[dict] = []  # every front's fast calls (see drop_in), for forget_fast_paths()
@@ -721,28 +735,13 @@ def drop_in(front: Callable[..., Any] | None = None, *, by_layout: bool = False)
     def call(*args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
             return front(*args, **kwargs)
-        values = (*args, *kwargs.values()) if kwargs else args
-        # The key: tensors by shape, dtype and device (and strides, by_layout); other values with
-        # their type, so that True is not 1 and a tuple holding a bool or a float (which torch
-        # refuses as int[]) not one of ints.
-        grad, key = torch.is_grad_enabled(), [tuple(kwargs)] if kwargs else []
-        for value in values:
-            kind = type(value)
-            if kind in _PLAIN:
-                if grad and value.requires_grad:
-                    return front(*args, **kwargs)
-                key.append((value.shape, value.dtype, value.device, value.stride()) if by_layout
-                           else (value.shape, value.dtype, value.device))
-            elif kind is tuple:
-                key.append((value, tuple(map(type, value))))
-            else:
-                key.append((kind, value))
-        try:
-            fast = fast_calls.get(key := tuple(key))
-        except TypeError:  # an unhashable argument (a list): no fast path for it
+        result = fast_call(fast_calls, args, kwargs, by_layout)
+        if result is not _MISS:
+            return result
+        key = signature(args, kwargs, by_layout)
+        if key is None or not _hashable(key):
             return front(*args, **kwargs)
-        if fast is not None:
-            return fast(values)
+        values = (*args, *kwargs.values()) if kwargs else args
         outer = _front_calls.recorder
         _front_calls.recorder = recorded = []
         try:
@@ -753,10 +752,63 @@ def drop_in(front: Callable[..., Any] | None = None, *, by_layout: bool = False)
             function, plan, tensors, returned = recorded[0]
             positions = tuple(next((i for i, v in enumerate(values) if v is t), -1) for t in tensors)
             if -1 not in positions and _same(result, returned):
-                fast_calls[key] = _fast_call(function, plan, positions)
+                fast_calls[key] = _fast_launch(function, plan, positions)
         return result
 
     return call
+
+
+def _hashable(key: tuple) -> bool:
+    try:
+        hash(key)
+    except TypeError:  # an unhashable argument (a list): no fast path for it
+        return False
+    return True
+
+
+# -- the front's fast path: the C one (npuops._fastpath) where it was built, else the same in Python
+_MISS = object()  # no fast call filed for a call (or none can be: a gradient, an unhashable argument)
+
+
+def _signature(args: tuple, kwargs: dict, by_layout: bool) -> tuple | None:
+    """The key a front files a call's fast call under; None where a tensor needs a gradient.
+    Tensors by shape, dtype and device (and strides, ``by_layout``); other values with their
+    type, so that True is not 1 and a tuple holding a bool or a float (which torch refuses as
+    int[]) not one of ints."""
+    values = (*args, *kwargs.values()) if kwargs else args
+    grad, key = torch.is_grad_enabled(), [tuple(kwargs)] if kwargs else []
+    for value in values:
+        kind = type(value)
+        if kind in _PLAIN:
+            if grad and value.requires_grad:
+                return None
+            key.append((value.shape, value.dtype, value.device, value.stride()) if by_layout
+                       else (value.shape, value.dtype, value.device))
+        elif kind is tuple:
+            key.append((value, tuple(map(type, value))))
+        else:
+            key.append((kind, value))
+    return tuple(key)
+
+
+def _fast_call(fast_calls: dict, args: tuple, kwargs: dict, by_layout: bool) -> Any:
+    """The result of the fast call filed under the call's key, else ``_MISS``."""
+    key = _signature(args, kwargs, by_layout)
+    try:
+        fast = None if key is None else fast_calls.get(key)
+    except TypeError:
+        fast = None
+    return _MISS if fast is None else fast((*args, *kwargs.values()) if kwargs else args)
+
+
+try:
+    from . import _fastpath
+except ImportError:  # installed without a C compiler
+    _fastpath = None
+    signature, fast_call = _signature, _fast_call
+else:
+    _fastpath.configure(_PLAIN, torch.is_grad_enabled, torch.empty_like, torch.empty, _front_calls, _MISS)
+    signature, fast_call = _fastpath.signature, _fastpath.call
 
 
 def _same(result: Any, returned: Any) -> bool:

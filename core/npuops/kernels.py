@@ -331,6 +331,11 @@ class BoundKernel:
         picks = list(returned)
         launch, device, values = self._launch.run, self.device, self._launch.sizes(sizes)
         empty, empty_like = torch.empty, torch.empty_like
+        native = None
+        if self._launch.entry is not None:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            native = NativeLaunch(self._launch.entry, tuple(slots), tuple(values), tuple(picks),
+                                  torch.device(device.type, index), self._launch.stream)
 
         if slots == [*range(len(names)), (slots[-1][0], None)] and picks == [len(names)]:
             # The common kernel (the inputs in the caller's order, then one output like an input,
@@ -342,6 +347,7 @@ class BoundKernel:
                 launch(args, values)
                 return args[-1]
 
+            call_one.native = native
             return call_one
 
         def call(*tensors: torch.Tensor) -> Any:
@@ -351,6 +357,7 @@ class BoundKernel:
             launch(args, values)
             return args[picks[0]] if len(picks) == 1 else tuple(args[i] for i in picks)
 
+        call.native = native
         return call
 
 
@@ -380,10 +387,29 @@ def bind_sizes(name: str, dims: Sequence[int], shape: Sequence[int | str], sizes
 
 class Launcher(NamedTuple):
     """``run(tensors, sizes(named_sizes))`` runs a compiled kernel on its parameters (every one, in
-    order; contiguous) with its launch sizes, on the current stream of its device."""
+    order; contiguous) with its launch sizes, on the current stream of its device. ``entry``: the
+    address of the host library's C entry point ``run`` calls, where there is one, and ``stream``,
+    what it asks for that stream (see :class:`NativeLaunch`)."""
 
     run: Callable[[Sequence[torch.Tensor], Any], None]
     sizes: Callable[[Mapping[str, int]], Any]
+    entry: int | None = None
+    stream: Callable[[int], int] | None = None
+
+
+class NativeLaunch(NamedTuple):
+    """What a prepared launch does, for a caller that makes the same C call itself (the functions'
+    fast path, ``npuops._fastpath``): the entry point's address; per kernel parameter, the
+    caller's tensor index, ``(index, None)`` (a new tensor like that one) or ``(shape, dtype)`` (a
+    new one); the launch sizes; which parameters are returned; the device (with its index) and
+    ``stream(index)``, the address of its current stream."""
+
+    entry: int
+    slots: tuple
+    sizes: tuple[int, ...]
+    returns: tuple[int, ...]
+    device: torch.device
+    stream: Callable[[int], int]
 
 
 def launcher(kernel: Any, device: torch.device, shapes: Sequence[Sequence[int | str]]) -> Launcher:
@@ -414,7 +440,8 @@ def launcher(kernel: Any, device: torch.device, shapes: Sequence[Sequence[int | 
         if status:
             raise RuntimeError(f"kernel launch failed: {lib.get_last_error().decode()}")
 
-    return Launcher(launch, lambda sizes: [sizes[n] for n in names])
+    return Launcher(launch, lambda sizes: [sizes[n] for n in names], ctypes.cast(entry, ctypes.c_void_p).value,
+                    current_stream)
 
 
 def tilelang_implementation(
