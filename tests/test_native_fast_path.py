@@ -1,0 +1,193 @@
+"""The functions' fast path in C (``npuops._fastpath``): the keys the Python path makes, and launches
+that call a kernel's host entry point with the right addresses, sizes and stream, return what the
+Python launch returns, and hand every call they cannot take to the Python path.
+
+Host entry points compiled here with the system's C compiler stand in for TileLang's host
+libraries (``int call(tensors..., sizes..., stream)``): they compute on the CPU, so each result is
+checked against torch."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import npuops_norm
+from npuops import _fastpath, functional
+from npuops.kernels import NativeLaunch
+
+STREAM = 7  # the stream address the stand-in entry points insist on
+
+ENTRIES = r"""
+#include <math.h>
+#include <stdint.h>
+int twice(const float *x, float *y, int64_t n, void *stream) {
+    for (int64_t i = 0; i < n; i++) y[i] = 2 * x[i];
+    return stream == (void *)7 ? 0 : 1;
+}
+/* 32-bit sizes, two outputs: the second allocated with a shape of its own */
+int around(const float *x, float *below, float *above, int32_t n, int32_t step, void *stream) {
+    for (int32_t i = 0; i < n; i++) { below[i] = x[i] - step; above[i] = x[i] + step; }
+    return stream == (void *)7 ? 0 : 1;
+}
+int rms(const float *x, const float *w, float *y, int64_t rows, int64_t cols, void *stream) {
+    for (int64_t r = 0; r < rows; r++) {
+        double sum = 0;
+        for (int64_t c = 0; c < cols; c++) sum += (double)x[r * cols + c] * x[r * cols + c];
+        double scale = 1 / sqrt(sum / cols + 1e-6);
+        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = (float)(x[r * cols + c] * scale * w[c]);
+    }
+    return stream == (void *)7 ? 0 : 1;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def entries(tmp_path_factory):
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("needs a C compiler for the stand-in host libraries")
+    folder = tmp_path_factory.mktemp("entries")
+    (folder / "entries.c").write_text(ENTRIES)
+    subprocess.run([compiler, "-O1", "-shared", "-fPIC", "-o", str(folder / "entries.so"), str(folder / "entries.c"),
+                    "-lm"], check=True)
+    lib = ctypes.CDLL(str(folder / "entries.so"))
+    return {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in ("twice", "around", "rms")}
+
+
+def stream(index):
+    assert index == 0
+    return STREAM
+
+
+def native(entry, slots, sizes, returns):
+    return NativeLaunch(entry, slots, sizes, returns, torch.device("cpu", 0), stream)
+
+
+class Fallback:
+    """The Python fast call a Launch hands calls to: records them."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, values):
+        self.calls.append(values)
+        return "python path"
+
+
+def twice_launch(entries, n, plan=None, fallback=None):
+    plan = plan or types.SimpleNamespace(launch=object())
+    return _fastpath.Launch(fallback or Fallback(), plan, (1,), native(entries["twice"], (0, (0, None)), (n,), (1,)),
+                            (1,), True)
+
+
+# -- keys ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("grad", [True, False])
+@pytest.mark.parametrize("by_layout", [True, False])
+def test_the_c_keys_are_the_python_keys(grad, by_layout):
+    x, w = torch.randn(4, 8), torch.nn.Parameter(torch.randn(8))
+    needs = torch.randn(4, 8, requires_grad=True)
+    calls = [
+        ((x, (8,), w, 1e-6), {}),
+        ((x, [8], w), {"eps": None}),                     # a list: a key, just not a hashable one
+        ((x.t(), (True, 2), 1, 1.0, "s", None), {}),      # bools and floats beside ints
+        ((needs, (8,)), {}),                              # needs a gradient (when grad is on)
+        ((), {"input": x, "weight": w}),
+    ]
+    with torch.set_grad_enabled(grad):
+        for args, kwargs in calls:
+            assert _fastpath.signature(args, kwargs, by_layout) == functional._signature(args, kwargs, by_layout)
+        assert (_fastpath.signature((needs,), {}, by_layout) is None) == grad
+
+
+def test_a_missing_or_unhashable_call_is_a_miss():
+    x = torch.randn(3)
+    assert _fastpath.call({}, (x, 2), {}, False) is functional._MISS
+    assert _fastpath.call({}, (x, [2]), {}, False) is functional._MISS
+    filed = {functional._signature((x, 2), {}, False): lambda values: ("python", values)}
+    assert _fastpath.call(filed, (x, 2), {}, False) == ("python", (x, 2))
+
+
+# -- launches --------------------------------------------------------------------------------------
+def test_a_launch_calls_the_entry_on_the_call_tensors(entries):
+    x = torch.randn(37)
+    fallback = Fallback()
+    launch = twice_launch(entries, 37, fallback=fallback)
+    y = launch(("not a tensor", x))
+    assert fallback.calls == [] and launch.launches == 1
+    assert y is not x and y.shape == x.shape
+    torch.testing.assert_close(y, 2 * x)
+
+
+def test_two_outputs_and_32_bit_sizes(entries):
+    x = torch.randn(16)
+    slots = (0, (0, None), ((2, 8), torch.float32))
+    launch = _fastpath.Launch(Fallback(), types.SimpleNamespace(launch=None), (0,),
+                              native(entries["around"], slots, (16, 3), (1, 2)), (1, 2), False)
+    below, above = launch((x,))
+    torch.testing.assert_close(below, x - 3)
+    assert above.shape == (2, 8)
+    torch.testing.assert_close(above.flatten(), x + 3)
+
+
+@pytest.mark.parametrize("case", ["not contiguous", "not aligned", "plan replaced", "front recording", "launch failed"])
+def test_what_a_launch_cannot_take_goes_to_the_python_path(entries, case, monkeypatch):
+    x = torch.randn(64)
+    plan = types.SimpleNamespace(launch=object())
+    fallback = Fallback()
+    launch = twice_launch(entries, 32, plan, fallback)
+    tensor = x[:32]
+    if case == "not contiguous":
+        tensor = x[::2]
+    elif case == "not aligned":
+        tensor = x[1:33]
+    elif case == "plan replaced":
+        plan.launch = None  # as a failed launch leaves it
+    elif case == "front recording":
+        monkeypatch.setattr(functional._front_calls, "recorder", [])
+    else:
+        launch = _fastpath.Launch(fallback, plan, (1,), NativeLaunch(entries["twice"], (0, (0, None)), (32,), (1,),
+                                                                     torch.device("cpu", 0), lambda index: 8),
+                                  (1,), True)
+    assert launch((None, tensor)) == "python path"
+    assert len(fallback.calls) == 1 and fallback.calls[0][1] is tensor and launch.launches == 0
+
+
+# -- through a front -------------------------------------------------------------------------------
+def test_a_front_call_seen_before_runs_the_c_launch(entries, monkeypatch):
+    """rms_norm's plans get a Python launch (the formulation) and, as a compiled kernel's would, a
+    NativeLaunch (the stand-in entry): the first call runs the front and the Python launch, the
+    ones after it the C launch; each result is torch's."""
+    made = functional._plan
+
+    def plan_with_native(fn, described, devices, params):
+        plan = made(fn, described, devices, params)
+        if plan.reason == "cpu device" and fn.name == "rms_norm":
+            (_, shape, _), formulation = described[0], plan.formulation
+
+            def launch(x, weight):
+                return formulation(x=x, weight=weight)
+
+            launch.native = native(entries["rms"], (0, 1, (0, None)), (shape[0], shape[1]), (2,))
+            plan.kernel, plan.launch, plan.reason = "stand-in", launch, None
+        return plan
+
+    monkeypatch.setattr(functional, "_plan", plan_with_native)
+    monkeypatch.setattr(npuops_norm.functional._rms_norm, "_plans", {})
+    functional.forget_fast_paths()
+    functional.reset_coverage()
+    w = torch.randn(64)
+    try:
+        for _ in range(3):
+            x = torch.randn(5, 64)
+            torch.testing.assert_close(npuops_norm.rms_norm(x, (64,), w, 1e-6), F.rms_norm(x, (64,), w, 1e-6))
+        (plan,) = npuops_norm.functional._rms_norm._plans.values()
+        assert plan.launches == 1 and [n.launches for n in plan.natives] == [2]
+        assert functional.coverage()["rms_norm"]["ours"] == 3
+    finally:
+        functional.forget_fast_paths()
