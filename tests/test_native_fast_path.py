@@ -13,11 +13,10 @@ import shutil
 import subprocess
 import types
 
+import npuops_norm
 import pytest
 import torch
 import torch.nn.functional as F
-
-import npuops_norm
 from npuops import _fastpath, functional
 from npuops.kernels import NativeLaunch
 
