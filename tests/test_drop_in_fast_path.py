@@ -89,6 +89,23 @@ def test_a_front_by_layout_keeps_a_fast_call_per_layout(launches):
     assert fronts == [x.stride(), other.stride()] and launches == ["rms_norm"] * 4
 
 
+def test_a_front_s_context_joins_its_signature(launches):
+    """A front that reads a global setting (``context``: the conv fronts read whether float32 may
+    run in TF32) runs again when it changes; each value's later calls take their own fast call."""
+    setting, fronts = [True], []
+
+    @functional.drop_in(context=lambda: setting[0])
+    def front(x, weight):
+        fronts.append(setting[0])
+        return npuops_norm.functional._rms_norm(x, weight, 1e-6)
+
+    x, w = torch.randn(4, 8), torch.randn(8)
+    for value in (True, True, False, False, True):
+        setting[0] = value
+        torch.testing.assert_close(front(x, w), F.rms_norm(x, (8,), w, 1e-6))
+    assert fronts == [True, False] and launches == ["rms_norm"] * 5
+
+
 def test_values_equal_in_python_but_not_to_torch_do_not_share_an_entry(launches):
     x = torch.randn(1, 2, 8, 8)
     npuops_pool.max_pool2d(x, (2, 2))

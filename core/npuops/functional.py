@@ -716,7 +716,8 @@ def forget_fast_paths() -> None:
         calls.clear()
 
 
-def drop_in(front: Callable[..., Any] | None = None, *, by_layout: bool = False) -> Callable[..., Any]:
+def drop_in(front: Callable[..., Any] | None = None, *, by_layout: bool = False,
+            context: Callable[[], Hashable] | None = None) -> Callable[..., Any]:
     """Decorate ``front``, a function with torch's signature that puts a call into the canonical
     form of a :class:`DropIn` and calls it, with an eager fast path: a call whose argument
     signature (tensor shapes, dtypes and devices; every other value) was seen before, and whose
@@ -725,9 +726,10 @@ def drop_in(front: Callable[..., Any] | None = None, *, by_layout: bool = False)
     one signature many times). Every other call runs ``front`` as written. ``by_layout``
     (``@drop_in(by_layout=True)``): the front's canonical form depends on its tensors' memory
     layouts too (a convolution returns the layout torch's returns for them), so their strides join
-    the signature."""
+    the signature. ``context``: a global setting the front reads (a backend flag), whose value
+    joins the signature too."""
     if front is None:
-        return functools.partial(drop_in, by_layout=by_layout)
+        return functools.partial(drop_in, by_layout=by_layout, context=context)
     fast_calls: dict[tuple, Callable[[tuple], Any]] = {}
     _fast_paths.append(fast_calls)
 
@@ -735,13 +737,14 @@ def drop_in(front: Callable[..., Any] | None = None, *, by_layout: bool = False)
     def call(*args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
             return front(*args, **kwargs)
-        result = fast_call(fast_calls, args, kwargs, by_layout)
+        keyed = args if context is None else (*args, context())
+        result = fast_call(fast_calls, keyed, kwargs, by_layout)
         if result is not _MISS:
             return result
-        key = signature(args, kwargs, by_layout)
+        key = signature(keyed, kwargs, by_layout)
         if key is None or not _hashable(key):
             return front(*args, **kwargs)
-        values = (*args, *kwargs.values()) if kwargs else args
+        values = (*keyed, *kwargs.values()) if kwargs else keyed
         outer = _front_calls.recorder
         _front_calls.recorder = recorded = []
         try:

@@ -22,6 +22,9 @@ the NC[D]HW view of the kernel's channels-last output, or an NC[D]HW-contiguous 
 writes itself. ``conv_transpose2d`` likewise (torch's rule is the same for it; its kernel, the data
 gradient's, writes each stride phase's rows to their input positions).
 
+Float32: our kernels run TF32, as cuDNN does by default; with TF32 off for convolutions
+(:func:`tf32_allowed`), the drop-ins' float32 calls and their backward run torch's function.
+
 Gradients: ``conv2d``'s and ``conv_transpose2d``'s backward runs our gradient ops as functions
 (Conv2dDgrad, Conv2dWgrad; Conv2dFwd for a transposed conv's input), computing only the gradients
 autograd asks for; the other functions differentiate through torch's derivative of their op's
@@ -39,6 +42,22 @@ from npuops import OpFunction, batched, define_function, drop_in, int_tuple, tor
 from .layouts import CHANNELS_LAST, accepts, channels_last, torch_output_layout
 
 _TORCH_CONVS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_IEEE = "float32 with TF32 off (torch.backends.cudnn.conv.fp32_precision)"
+
+
+def tf32_allowed() -> bool:
+    """Whether torch's float32 convolutions may run in TF32 (cuDNN's default, which our float32
+    kernels follow: their GEMMs take TF32 operands). Where a user turns it off, float32 calls run
+    torch's IEEE convolution, as ``F.conv2d`` does then. Read per call (the fronts' fast paths key
+    on it): the C getter, not the ``torch.backends`` property (5x the host time)."""
+    precision = getattr(torch._C, "_get_fp32_precision_getter", None)
+    if precision is not None:  # torch >= 2.9: "tf32", "ieee" or "none" (the legacy flag turned off)
+        return precision("cuda", "conv") == "tf32"
+    return torch._C._get_cudnn_allow_tf32()
+
+
+def _ieee(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.dtype == torch.float32 and not tf32_allowed()
 
 
 _INTS = ("groups", "C_out", "kH", "kW")  # params that are one int (the others: see _declared)
@@ -136,6 +155,8 @@ def _laid_out(tensor: torch.Tensor) -> torch.Tensor:
 # Each function's backward (see npuops.OpFunction.backward): autograd may hand over a gradient with
 # any strides (an expanded one from .sum()); our kernels take the layouts _laid_out gives.
 def _conv2d_backward(inputs, params, outputs, grads, needs):
+    if _ieee(inputs["input"]):
+        return None
     x, weight, grad_out = _laid_out(inputs["input"]), inputs["weight"], _laid_out(grads[0])
     stride, padding, dilation, groups = (params[p] for p in _GEOMETRY)
     grad_input = _DGRAD(x, grad_out, weight, stride, padding, dilation, groups,
@@ -150,6 +171,8 @@ def _conv_transpose2d_backward(inputs, params, outputs, grads, needs):
     """y = conv_transpose2d(x, weight) is the adjoint of the conv of y's space by ``weight`` into
     x's: x's gradient is that conv of grad_y (Conv2dFwd), the weight's that conv's weight gradient
     with grad_y its input and x its output's gradient."""
+    if _ieee(inputs["input"]):
+        return None
     x, weight, grad_out = inputs["input"], inputs["weight"], _laid_out(grads[0])
     stride, padding, output_padding, dilation, groups = (params[p] for p in (
         "stride", "padding", "output_padding", "dilation", "groups"))
@@ -221,32 +244,35 @@ def _conv(dims: int, input, weight, bias, stride, padding, dilation, groups):
                           "not ints, input rank)", _TORCH_CONVS[dims], input, weight, bias, stride, padding,
                           dilation, groups)
     x, added = with_batch
+    if _ieee(x):
+        return torch_call(fn.__name__, _IEEE, _TORCH_CONVS[dims], input, weight, bias, stride, padding, dilation, groups)
     tensors = (x, weight) if bias is None else (x, weight, bias)
     return unbatched(fn(*tensors, step, pad, dilated, groups, torch_output_layout(x, weight)), added)
 
 
 # -- the drop-ins ---------------------------------------------------------------------------------
 # The convolutions' fronts (conv_transpose2d's too) return the layout torch's function returns for
-# their tensors' (torch_output_layout), so that layout joins their fast path's signature (by_layout).
-@drop_in(by_layout=True)
+# their tensors' (torch_output_layout), so that layout joins their fast path's signature (by_layout),
+# and run torch's for float32 where TF32 is off, so that flag joins it too (context).
+@drop_in(by_layout=True, context=tf32_allowed)
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """``torch.nn.functional.conv1d``."""
     return _conv(1, input, weight, bias, stride, padding, dilation, groups)
 
 
-@drop_in(by_layout=True)
+@drop_in(by_layout=True, context=tf32_allowed)
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """``torch.nn.functional.conv2d``."""
     return _conv(2, input, weight, bias, stride, padding, dilation, groups)
 
 
-@drop_in(by_layout=True)
+@drop_in(by_layout=True, context=tf32_allowed)
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """``torch.nn.functional.conv3d``."""
     return _conv(3, input, weight, bias, stride, padding, dilation, groups)
 
 
-@drop_in(by_layout=True)
+@drop_in(by_layout=True, context=tf32_allowed)
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """``torch.nn.functional.conv_transpose2d`` (our kernel: the data gradient of the conv it
     transposes, by stride phases; the output in torch's layout, as the forward functions')."""
@@ -258,6 +284,9 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
         return torch_call(fn.__name__, "arguments with no canonical form (empty input, not ints, input rank)",
                           F.conv_transpose2d, input, weight, bias, stride, padding, output_padding, groups, dilation)
     x, added = with_batch
+    if _ieee(x):
+        return torch_call(fn.__name__, _IEEE, F.conv_transpose2d, input, weight, bias, stride, padding, output_padding,
+                          groups, dilation)
     step, pad, out_pad, dilated = geometry
     tensors = (x, weight) if bias is None else (x, weight, bias)
     return unbatched(fn(*tensors, step, pad, out_pad, groups, dilated, torch_output_layout(x, weight)), added)

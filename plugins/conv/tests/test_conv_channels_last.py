@@ -253,6 +253,31 @@ def test_an_input_in_neither_layout_runs_torch(received):
     assert "Conv2dFwd" not in received
 
 
+@pytest.mark.parametrize("api", ["fp32_precision", "allow_tf32"])
+def test_float32_with_tf32_off_runs_torch_s_ieee_convolution(api, received):
+    """Our float32 kernels run TF32, as cuDNN does by default; a user who turns TF32 off (either
+    API) gets torch's IEEE float32 convolution, the fast path's signature too, and ours again
+    when it is back on."""
+    from npuops_conv.functional import _IEEE
+
+    fn, x, w, b, kwargs = _case("conv2d-3x3-pad-bias")
+    assert x.dtype == torch.float32
+    reset_coverage()
+    fn(x, w, b, **kwargs)  # ours; the signature's fast call filed
+    saved = torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.rnn.fp32_precision
+    try:
+        if api == "fp32_precision":
+            torch.backends.cudnn.conv.fp32_precision = "ieee"
+        else:
+            torch.backends.cudnn.allow_tf32 = False
+        for _ in range(2):
+            torch.testing.assert_close(fn(x, w, b, **kwargs), TF.conv2d(x, w, b, **kwargs))
+    finally:
+        torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.rnn.fp32_precision = saved
+    fn(x, w, b, **kwargs)
+    assert coverage()["conv2d_bias"] == {"ours": 2, "torch": 2, "why": {_IEEE: 2}}
+
+
 def _fp8(*shape, std=1.0):
     return _randn(*shape, std=std).to(torch.float8_e4m3fn)
 
