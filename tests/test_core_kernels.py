@@ -139,3 +139,27 @@ def test_evict_last_loads_fill_an_interleaved_fragment_a_vector_at_a_time():
     assert "(&(held[0])), (&(X[((((int)blockIdx.x) * 2048) + (((int)threadIdx.x) * 8))]))" in body
     assert "(&(held[8])), (&(X[(((((int)blockIdx.x) * 2048) + (((int)threadIdx.x) * 8)) + 1024)]))" in body
     assert "createpolicy.fractional.L2::evict_last" in source and "L2::cache_hint.v4.u32" in source
+
+
+def test_launch_sizes_are_read_by_position_not_by_variable_name():
+    """TileLang's map of the sizes a host entry point takes names TIR variables, which a macro can
+    rename (a channels-first conv output's ``batch * 1`` passed as a macro's ``row_count``) or a
+    cached kernel can name its own way: each size is the named dim of our shapes at its source."""
+    from npuops.kernels import _launch_dims
+
+    shapes = [("rows_in", 8), (4, 27), (4,), ("batch", 4, 1)]
+    dynamic = {"rows_in": (0, 0, 0, 1), "row_count": (0, 3, 0, 1)}
+    assert _launch_dims(dynamic, shapes) == ["rows_in", "batch"]
+    with pytest.raises(ValueError, match="stride"):
+        _launch_dims({"stride_var": (1, 3, 1, 1)}, shapes)
+
+
+def test_a_dtype_with_no_kernel_is_declined_before_a_build():
+    from npuops.kernels import _dtype_without_kernels
+    from npuops.workload import Workload
+
+    assert _dtype_without_kernels(Workload("RMSNormFwd", "X", "x", "bf16", {"x": (2, 64), "weight": (64,)})) is None
+    assert _dtype_without_kernels(Workload("RMSNormFwd", "X", "x", "f64", {"x": (2, 64)})) == \
+        "no TileLang kernel for float64 (x)"
+    mixed = Workload("RMSNormFwd", "X", "x", "bf16", {"x": (2, 64), "weight": (64,)}, shape_dtypes={"weight": "f64"})
+    assert _dtype_without_kernels(mixed) == "no TileLang kernel for float64 (weight)"

@@ -211,6 +211,16 @@ def why_tilelang_cannot_run(device: Device) -> str | None:
     return None
 
 
+def _dtype_without_kernels(w: Workload) -> str | None:
+    """A tensor dtype TileLang compiles no kernel of ours for (float64): torch's formulation runs
+    it, said so up front rather than by a failed build."""
+    for name in w.shapes:
+        dtype = w.dtype_of(name)
+        if dtype not in TILELANG_DTYPES:
+            return f"no TileLang kernel for {str(dtype).removeprefix('torch.')} ({name})"
+    return None
+
+
 VECTOR_BYTES = 16  # kernels load and store 16-byte vectors
 
 
@@ -418,7 +428,6 @@ def launcher(kernel: Any, device: torch.device, shapes: Sequence[Sequence[int | 
     tensors' addresses, the sizes, the stream): on the H200's host 20 us a call against 40 for
     TileLang's tvm-ffi wrapper. Others (the CPU target's) are called as
     TileLang calls them, each tensor viewed to the kernel's shape (``shapes``, sizes resolved)."""
-    names = [str(var) for var in getattr(getattr(kernel, "adapter", None), "dynamic_symbolic_map", None) or ()]
     lib = getattr(getattr(kernel, "adapter", None), "lib", None)
     if lib is None or device.type != "cuda":
         def call(tensors, sizes):
@@ -427,10 +436,10 @@ def launcher(kernel: Any, device: torch.device, shapes: Sequence[Sequence[int | 
         return Launcher(call, lambda sizes: sizes)
     import ctypes
 
+    dynamic = kernel.adapter.dynamic_symbolic_map
     entry = lib.call
     entry.argtypes = [ctypes.c_void_p] * len(kernel.params) + [
-        ctypes.c_int64 if str(var.dtype) == "int64" else ctypes.c_int32
-        for var in kernel.adapter.dynamic_symbolic_map] + [ctypes.c_void_p]
+        ctypes.c_int64 if str(var.dtype) == "int64" else ctypes.c_int32 for var in dynamic] + [ctypes.c_void_p]
     entry.restype = ctypes.c_int
     current_stream = torch._C._cuda_getCurrentRawStream
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -440,8 +449,23 @@ def launcher(kernel: Any, device: torch.device, shapes: Sequence[Sequence[int | 
         if status:
             raise RuntimeError(f"kernel launch failed: {lib.get_last_error().decode()}")
 
-    return Launcher(launch, lambda sizes: [sizes[n] for n in names], ctypes.cast(entry, ctypes.c_void_p).value,
-                    current_stream)
+    dims = _launch_dims(dynamic, shapes)
+    return Launcher(launch, lambda sizes: [sizes[d] if isinstance(d, str) else d for d in dims],
+                    ctypes.cast(entry, ctypes.c_void_p).value, current_stream)
+
+
+def _launch_dims(dynamic: Mapping[Any, tuple[int, int, int, int]], shapes: Sequence[Sequence[int | str]]) -> list:
+    """The size (a named dim of ``shapes``, or a fixed one) of each size the host entry point takes,
+    in its order: TileLang's ``dynamic_symbolic_map`` gives each one's source, (0 = a shape,
+    parameter, dim, _), read from our own shapes by position. Not by the TIR variable's name: a
+    macro argument that is a bare size variable (a channels-first output's ``batch * 1``) can
+    rename it, and a kernel found in TileLang's cache keeps its own names."""
+    dims = []
+    for var, (kind, param, dim, _) in dynamic.items():
+        if kind != 0:
+            raise ValueError(f"the kernel takes {var} from a stride at launch; only sizes from shapes are supported")
+        dims.append(shapes[param][dim])
+    return dims
 
 
 def tilelang_implementation(
@@ -458,7 +482,7 @@ def tilelang_implementation(
     (usually ``lambda op, w, device: spec(op, w).compile(device)`` for a :class:`KernelSpec`)."""
 
     def why_not(op: Op, w: Workload, device: Device) -> str | None:
-        return why_tilelang_cannot_run(device) or (supports(op, w) if supports else None)
+        return why_tilelang_cannot_run(device) or _dtype_without_kernels(w) or (supports(op, w) if supports else None)
 
     return Implementation(op_name, name, "ours", build, devices=("cuda",), supports=why_not,
                           description=description or "TileLang kernel, compiled per workload", variants=variants,

@@ -23,7 +23,8 @@ writes itself. ``conv_transpose2d`` likewise (torch's rule is the same for it; i
 gradient's, writes each stride phase's rows to their input positions).
 
 Float32: our kernels run TF32, as cuDNN does by default; with TF32 off for convolutions
-(:func:`tf32_allowed`), the drop-ins' float32 calls and their backward run torch's function.
+(:func:`tf32_allowed`), the drop-ins' eager float32 calls and their backward run torch's function
+(a call torch.compile traces does not read the setting: it runs our op).
 
 Gradients: ``conv2d``'s and ``conv_transpose2d``'s backward runs our gradient ops as functions
 (Conv2dDgrad, Conv2dWgrad; Conv2dFwd for a transposed conv's input), computing only the gradients
@@ -57,7 +58,10 @@ def tf32_allowed() -> bool:
 
 
 def _ieee(x: Any) -> bool:
-    return isinstance(x, torch.Tensor) and x.dtype == torch.float32 and not tf32_allowed()
+    """Whether ``x`` is float32 with TF32 off: not read while torch.compile traces (dynamo does not
+    trace the getter), where the traced call runs our op."""
+    return (isinstance(x, torch.Tensor) and x.dtype == torch.float32 and not torch.compiler.is_compiling()
+            and not tf32_allowed())
 
 
 _INTS = ("groups", "C_out", "kH", "kW")  # params that are one int (the others: see _declared)

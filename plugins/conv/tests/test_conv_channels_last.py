@@ -264,7 +264,7 @@ def test_float32_with_tf32_off_runs_torch_s_ieee_convolution(api, received):
     assert x.dtype == torch.float32
     reset_coverage()
     fn(x, w, b, **kwargs)  # ours; the signature's fast call filed
-    saved = torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.rnn.fp32_precision
+    saved = torch.backends.cudnn.allow_tf32  # restored through the legacy API: both APIs read it again
     try:
         if api == "fp32_precision":
             torch.backends.cudnn.conv.fp32_precision = "ieee"
@@ -273,7 +273,7 @@ def test_float32_with_tf32_off_runs_torch_s_ieee_convolution(api, received):
         for _ in range(2):
             torch.testing.assert_close(fn(x, w, b, **kwargs), TF.conv2d(x, w, b, **kwargs))
     finally:
-        torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.rnn.fp32_precision = saved
+        torch.backends.cudnn.allow_tf32 = saved
     fn(x, w, b, **kwargs)
     assert coverage()["conv2d_bias"] == {"ours": 2, "torch": 2, "why": {_IEEE: 2}}
 
