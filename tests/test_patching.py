@@ -299,6 +299,25 @@ def test_a_broken_plugin_does_not_stop_the_others(plugins, model, inputs):
     handle.undo()
 
 
+def test_warm_builds_the_kernels_of_the_patched_row_norms_first(model, monkeypatch):
+    """patch(warm=True) hands functional.warm one workload per kernel the patched row norms call
+    (one row of their hidden size in their dtype: the kernel key), none twice; the channel norms,
+    pools and convs name none (their calls' sizes are not known ahead). On a CPU machine, no warm."""
+    from npuops import functional
+
+    handle = npuops.patch(copy.deepcopy(model), warm=True)
+    assert handle.warmed == {}  # no CUDA here
+    warmed = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(functional, "warm", lambda workloads: warmed.extend(workloads) or {"with a kernel": len(workloads)})
+    handle = npuops.patch(model, warm=True)
+    assert {w.op for w in warmed} == {"LayerNormFwd", "RMSNormFwd", "GemmaRMSNormFwd"}
+    assert all(w.shapes["x"] == (1, HIDDEN) and w.dtype == "f32" for w in warmed)
+    assert len({repr(w.to_dict()) for w in warmed}) == len(warmed)
+    assert handle.warmed["with a kernel"] == len(warmed) and handle.warmed["seconds"] >= 0
+    handle.undo()
+
+
 def test_a_hugging_face_llama_and_gemma(model):
     # transformers is in the test extra (CI installs it); the stand-ins above cover the logic
     from transformers import GemmaConfig, GemmaForCausalLM, LlamaConfig, LlamaForCausalLM

@@ -558,6 +558,15 @@ class DropIn:
             self._plans[key] = plan
         return plan
 
+    def workload(self, *args: Any, **kwargs: Any) -> Workload:
+        """The workload a call with these arguments plans (tensors by shape and dtype alone: meta
+        tensors do), for building its kernel ahead (:func:`warm`)."""
+        args = self._complete(args, kwargs)
+        described = tuple((name, tuple(int(s) for s in t.shape), t.dtype)
+                          for name, t in zip(self.fn.inputs, args[:self._tensor_count]))
+        return _workload(self.fn, _registry().op(self.fn.op), described,
+                         tuple(zip(self._param_names, args[self._tensor_count:])))
+
     def kernel_for(self, *args: Any, **kwargs: Any) -> Any:
         """The kernel an eager call with these arguments runs (None: torch's formulation)."""
         args = self._complete(args, kwargs)

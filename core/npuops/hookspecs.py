@@ -19,7 +19,8 @@ times in one process: return new objects each time and keep side effects out. Th
 2. :func:`npuops_devices` of every plugin, in that order;
 3. :func:`npuops_ops` of every plugin;
 4. :func:`npuops_implementations` of every plugin, given every op of every plugin;
-5. :func:`npuops_module_forwards` only when :func:`npuops.patch` runs, never at load.
+5. :func:`npuops_module_forwards` only when :func:`npuops.patch` runs, never at load, and
+   :func:`npuops_module_workloads` only when it warms (``warm=True``).
 
 **What hooks return.** An iterable (a list, a tuple, a generator) of items; ``None`` counts as
 nothing. Each item is checked on its own: one of the wrong type, or an op or device without a
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from .devices import Device
     from .impl import Implementation
     from .op import Op
+    from .workload import Workload
 
 PROJECT = "npuops"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -117,3 +119,13 @@ def npuops_module_forwards() -> Iterable[Callable[[torch.nn.Module], Callable[..
     hook that raises leaves its plugin's finders out; a finder that raises is not asked again
     during that patch; both are listed in the :class:`npuops.Patch`'s ``errors`` and warned about,
     and the other plugins' finders still apply."""
+
+
+@hookspec
+def npuops_module_workloads(module: torch.nn.Module) -> Iterable[Workload] | None:
+    """For ``npuops.patch(model, warm=True)``: the workloads whose kernels the forward this plugin's
+    finder gave ``module`` calls, built before the patch returns so that no first call waits for
+    one (one a kernel key: its other launch classes are built with it), or None for a module this
+    plugin did not patch or whose calls' shapes it cannot know ahead (a pool's image size). Called
+    once per patched module, of the plugins the patch names; a hook that raises is listed in the
+    :class:`npuops.Patch`'s ``errors`` and the warm goes on without it."""

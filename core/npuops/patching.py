@@ -9,6 +9,7 @@ business (hook ``npuops_module_forwards``); the core walks the model, binds, rec
 
 from __future__ import annotations
 
+import time
 import warnings
 import weakref
 from collections import Counter
@@ -33,7 +34,9 @@ class Patch:
     npuops' functions; ``already_patched``: modules left as they were because an earlier patch
     holds them; ``skipped``: modules a plugin recognized but whose forward was already replaced on
     the instance by something else (accelerate's hooks, say), left alone so that is not lost;
-    ``errors``: plugins whose hook or finder raised (skipped, the others still applied).
+    ``errors``: plugins whose hook or finder raised (skipped, the others still applied);
+    ``warmed``: with ``warm=True``, what the warm did (see :func:`npuops.functional.warm`: workloads
+    with a kernel, without, kernels built, and its ``seconds``).
 
     :meth:`undo` restores each forward still ours; leaving a ``with`` block does the same."""
 
@@ -42,6 +45,7 @@ class Patch:
         self.already_patched = 0
         self.skipped: list[str] = []
         self.errors: list[str] = []
+        self.warmed: dict[str, float] = {}
         self._records: list[tuple[torch.nn.Module, MethodType]] = []  # each module and the forward we bound to it
 
     def undo(self) -> None:
@@ -84,7 +88,7 @@ def module_forward_finders(families: Iterable[str] | None = None,
     return finders
 
 
-def patch(model: torch.nn.Module, families: Iterable[str] | None = None) -> Patch:
+def patch(model: torch.nn.Module, families: Iterable[str] | None = None, *, warm: bool = False) -> Patch:
     """Swap the forward of each module of ``model`` (itself included) that a family plugin
     recognizes for one computing the same thing with npuops' functions: our kernels where they
     cover the call (CUDA), torch's formulation otherwise; gradients flow as before. ``families``:
@@ -98,6 +102,12 @@ def patch(model: torch.nn.Module, families: Iterable[str] | None = None) -> Patc
         with npuops.patch(model) as p:
             print(p)        # <npuops.Patch swapped 5 LlamaRMSNorm>
             logits = model(ids).logits
+
+    ``warm=True`` (on a CUDA device): before returning, build (or load from TileLang's disk cache)
+    every kernel the patched modules will call whose shapes the plugins can tell ahead (a norm's
+    hidden size and dtype, every launch class of its row counts: hook ``npuops_module_workloads``),
+    so that no first forward, whatever its token count, waits for a build; ``Patch.warmed`` says
+    what it did and how long it took.
     """
     handle = Patch()
     finders = module_forward_finders(families, handle.errors)
@@ -131,6 +141,24 @@ def patch(model: torch.nn.Module, families: Iterable[str] | None = None) -> Patc
                 handle._records.append((module, ours))
                 handle.swapped[type(module).__name__] += 1
             break
+    if warm and handle._records and torch.cuda.is_available():
+        handle.warmed = _warm(handle, families)
     if handle.errors:
         warnings.warn("npuops.patch: " + "; ".join(handle.errors), RuntimeWarning, stacklevel=2)
     return handle
+
+
+def _warm(handle: Patch, families: Iterable[str] | None) -> dict[str, float]:
+    """Build the kernels of the workloads the plugins name for the modules ``handle`` patched."""
+    from . import functional
+
+    registry, wanted = load_registry(), None if families is None else set(families)
+    started, workloads, seen = time.perf_counter(), [], set()
+    for module, _ in handle._records:
+        for plugin, w in registry.call_each("npuops_module_workloads", module=module):
+            key = repr(w.to_dict())  # modules of one size name one workload
+            if (wanted is None or plugin in wanted) and key not in seen:
+                seen.add(key)
+                workloads.append(w)
+    handle.errors.extend(str(e) for e in registry.errors if e.stage == "npuops_module_workloads")
+    return {**functional.warm(workloads), "seconds": round(time.perf_counter() - started, 3)}

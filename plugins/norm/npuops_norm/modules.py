@@ -24,7 +24,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.nn.parameter import is_lazy
 
-from .functional import batch_norm, gemma_rms_norm, group_norm, instance_norm, layer_norm, rms_norm
+from .functional import _layer_norm, _rms_norm, batch_norm, gemma_rms_norm, group_norm, instance_norm, layer_norm, rms_norm
 
 
 def _layer_norm_forward(module, input):
@@ -133,3 +133,25 @@ def norm_forward(module):
         return None
     form = _hf_formula(module, weight, getattr(module, attribute))
     return _HF_FORWARDS[form, attribute] if form else None
+
+
+def norm_workloads(module):
+    """The workload of the row-norm kernel ``module``'s patched forward calls, for
+    ``npuops.patch(model, warm=True)``: one row of its hidden size in its weight's dtype (the
+    kernel key; every row count's launch class is built with it). None for the channel norms, whose
+    calls' spatial sizes are not known ahead, and for modules this plugin did not patch."""
+    forward = getattr(module.__dict__.get("forward"), "__func__", None)
+    weight = getattr(module, "weight", None)
+    if forward is None or not isinstance(weight, torch.Tensor) or weight.dim() != 1:
+        return None
+    x = torch.empty(1, weight.shape[0], dtype=weight.dtype, device="meta")
+    if forward is _layer_norm_forward:
+        return [_layer_norm.workload(x, weight, module.bias, float(module.eps))]
+    if forward is _rms_norm_forward:
+        eps = module.eps if module.eps is not None else torch.finfo(weight.dtype).eps
+        return [_rms_norm.workload(x, weight, float(eps))]
+    form = next((form for (form, attribute), hf in _HF_FORWARDS.items() if forward is hf), None)
+    if form is None:
+        return None
+    eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", None)))
+    return [(_rms_norm if form == "rms_norm" else gemma_rms_norm).workload(x, weight, eps)]

@@ -21,3 +21,10 @@ def npuops_module_forwards():
     from .modules import norm_forward  # imported on use: it defines the functions' custom ops
 
     return [norm_forward]
+
+
+@hookimpl
+def npuops_module_workloads(module):
+    from .modules import norm_workloads
+
+    return norm_workloads(module)
