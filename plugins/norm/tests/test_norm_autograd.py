@@ -273,6 +273,8 @@ def _on_the_gpu(case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_our_kernels_match_torch_forward_and_backward_on_the_gpu(case):
+    """Against torch's CPU functions: its CUDA batch_norm's backward fails where the weight is None
+    beside a bias that needs a gradient ("tensor does not have a device", torch 2.11)."""
     case = _on_the_gpu(case)
     inputs = _inputs(case, device="cuda", seed=13)
     reset_coverage()
@@ -281,7 +283,9 @@ def test_our_kernels_match_torch_forward_and_backward_on_the_gpu(case):
     assert all(counts["torch"] == 0 for counts in ran.values()), f"torch's path ran: {ran}"
     if case.backward_function:
         assert ran[case.backward_function]["ours"] == 1, ran
-    _assert_same(ours, _run(case, TF, inputs), rtol=1e-3, atol=1e-3)
+    y, running, grads = ours
+    on_cpu = (y.cpu(), tuple(t.cpu() for t in running), {name: g.cpu() for name, g in grads.items()})
+    _assert_same(on_cpu, _run(case, TF, {k: v.cpu() for k, v in inputs.items()}), rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.gpu
