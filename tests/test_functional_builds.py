@@ -90,3 +90,29 @@ def test_the_first_build_of_a_shared_key_builds_its_other_launch_classes_behind(
     assert functional._kernel(impl, ToyOp(), "f:small", cpu, "toy") == ("kernel f:small", None, None)
     assert functional._kernel(impl, ToyOp(), "f:big", cpu, "toy") == ("kernel f:big", None, None)
     assert sorted(impl.built) == ["f:big", "f:mid", "f:small"]
+
+
+
+def test_a_graph_capture_runs_the_registered_callbacks_first(monkeypatch):
+    """Device.capture_graph runs the callbacks registered with devices.before_graph_capture after
+    its warm-up calls and before it captures; the functions register finish_builds (a build behind
+    a call loads its kernel from its own thread, which CUDA refuses during another thread's
+    capture)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from npuops import devices
+
+    assert functional.finish_builds in devices._before_capture
+    events = []
+    stream = SimpleNamespace(wait_stream=lambda other: None)
+    api = SimpleNamespace(Stream=lambda: stream, current_stream=lambda: stream, stream=lambda s: contextlib.nullcontext(),
+                          CUDAGraph=lambda: SimpleNamespace(replay=lambda: events.append("replay")),
+                          graph=lambda g: contextlib.nullcontext(events.append("capture")))
+    device = devices.AcceleratorDevice("fake", 0)
+    device._module = api
+    monkeypatch.setattr(devices, "_before_capture", [])
+    devices.before_graph_capture(lambda: events.append("callback"))
+    replay = device.capture_graph(lambda: events.append("call"))
+    replay()
+    assert events == ["call", "call", "callback", "capture", "call", "replay"]

@@ -15,7 +15,6 @@ import functools
 import importlib
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +24,18 @@ from typing import Any
 import torch
 
 from .hookspecs import hookimpl
+
+# Called before each graph capture (Device.capture_graph), in registration order.
+_before_capture: list[Callable[[], Any]] = []
+
+
+def before_graph_capture(callback: Callable[[], Any]) -> Callable[[], Any]:
+    """Have ``callback()`` run before each graph capture of :meth:`Device.capture_graph`: for work
+    that must not overlap a capture (the functions' kernel builds running behind their calls load
+    their kernels from their own threads, which CUDA refuses during another thread's capture).
+    Returns ``callback``, so it can decorate."""
+    _before_capture.append(callback)
+    return callback
 
 
 @dataclass(frozen=True)
@@ -311,11 +322,8 @@ class AcceleratorDevice(Device):
         api.current_stream().wait_stream(side)
         graph_cls = getattr(api, "CUDAGraph", None) or getattr(api, "NPUGraph")
         graph = graph_cls()
-        # A build running behind the functions' calls loads its kernel from its own thread: not
-        # while this capture runs, which CUDA would refuse (the functions loaded: a user's model).
-        functional = sys.modules.get(f"{__package__}.functional")
-        if functional is not None:
-            functional.finish_builds()
+        for callback in _before_capture:
+            callback()
         with api.graph(graph):
             fn()
         return graph.replay

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from .data import InputRNG
+from .devices import before_graph_capture
 from .errors import WorkloadError
 from .impl import KernelKey
 from .kernels import VECTOR_BYTES
@@ -247,6 +248,7 @@ def _other_classes(impl, op, w: Workload, key: tuple) -> list[tuple[tuple, Workl
     return list(others.items())
 
 
+@before_graph_capture
 def finish_builds(timeout: float | None = None) -> bool:
     """Wait until no build runs behind the calls (a launch class's, see :func:`_kernel`), at most
     ``timeout`` seconds: whether none does. For code that must not share its first seconds with
