@@ -452,3 +452,27 @@ def test_channels_last_fp8_runs_our_kernel_without_conversion_on_the_gpu(name, s
     assert y.shape == want.shape and y.dtype == torch.bfloat16 and _is_channels_last(y)
     assert y.stride() == formulation.stride()
     _close(y, want, 3e-2, "output")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["f16", "f32"])
+@pytest.mark.parametrize(("x_shape", "w_shape", "groups"), [((1, 1, 4, 4, 4), (1, 1, 4, 4, 4), 1),
+                                                             ((1, 1, 5, 5, 5), (1, 1, 3, 3, 3), 1),
+                                                             ((3, 9, 3, 1, 9), (3, 3, 3, 1, 9), 3)])
+def test_small_conv3d_with_bias_runs_ours_channels_first_on_the_gpu(x_shape, w_shape, groups, dtype):
+    """OpInfo's small conv3d samples with a bias, NCDHW: the direct kernel writing the output
+    channels first. Their launch sizes are read by position (a macro renamed the one-position
+    output's ``batch``, and the launch failed to torch with a warning)."""
+    import warnings
+
+    torch.manual_seed(23)
+    x = _randn(*x_shape, dtype=dtype, device="cuda")
+    w = _randn(*w_shape, dtype=dtype, device="cuda")
+    b = _randn(w_shape[0], dtype=dtype, device="cuda")
+    reset_coverage()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for _ in range(2):
+            y = F.conv3d(x, w, b, groups=groups)
+    assert coverage()["conv3d_bias"] == {"ours": 2, "torch": 0, "why": {}}, coverage()
+    _close(y, TF.conv3d(x.double(), w.double(), b.double(), groups=groups), 3e-2, "output")
