@@ -1,7 +1,10 @@
 """Compile, on a machine without a GPU, every TileLang kernel a benchmark run of the catalog builds,
 into a TileLang cache that ships to the GPU machine: there each kernel loads instead of compiling
 (the GPU machine's compile time is most of a run's). Keys match when the TileLang version, the
-kernel's TIR and the target ({"kind": "cuda", "arch": "sm_90a"}) do; a miss just compiles.
+kernel's TIR, the target ({"kind": "cuda", "arch": "sm_90a"}) and the execution backend do; a miss
+just compiles. The backend is the GPU machine's, TileLang's cython one: its host library is linked
+here against a stand-in for the CUDA driver (``-lcuda`` with none installed; the kernels' host code
+calls the CUDA runtime, which finds the real driver where they run).
 
     python scripts/warm-kernel-cache.py [--family norm,pool] [--op RMSNormFwd,...] [--variants]
                                         [--launch-classes] [--jobs 2]
@@ -45,6 +48,20 @@ def build(job: tuple[str, bool, bool]) -> str | None:
     return None
 
 
+def stand_in_driver(folder: Path) -> None:
+    """Where no CUDA driver is installed, a library named as it is (libcuda.so, soname libcuda.so.1)
+    for the host libraries' ``-lcuda`` to link against and load with, put on this process's (and
+    its workers') library paths."""
+    if subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout.count("libcuda.so.1"):
+        return
+    (folder / "stand_in.c").write_text("void npuops_stand_in_cuda_driver(void) {}\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(folder / "libcuda.so"),
+                    str(folder / "stand_in.c")], check=True)
+    (folder / "libcuda.so.1").symlink_to("libcuda.so")
+    for name in ("LIBRARY_PATH", "LD_LIBRARY_PATH"):
+        os.environ[name] = os.pathsep.join(filter(None, (str(folder), os.environ.get(name))))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", help="families, e.g. norm,pool (default: all with kernels)")
@@ -72,10 +89,11 @@ def main() -> int:
     out = Path(".kcache")
     out.mkdir(exist_ok=True)
     archive = out / "cache.tar.xz"
-    with tempfile.TemporaryDirectory() as cache:
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as driver:
         if archive.exists() and not args.fresh:
             subprocess.run(["tar", "-C", cache, "-xJf", str(archive)], check=True)
-        os.environ.update(TILELANG_CACHE_DIR=cache, NPUOPS_CUDA_ARCH=ARCH)
+        os.environ.update(TILELANG_CACHE_DIR=cache, NPUOPS_CUDA_ARCH=ARCH, TILELANG_EXECUTION_BACKEND="cython")
+        stand_in_driver(Path(driver))
         done = 0
         try:
             with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:

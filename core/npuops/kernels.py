@@ -85,8 +85,10 @@ def compile_kernel(prim_func: Any, arch: str | None = None, pass_configs: Mappin
         prim_func = without_assumptions(single_thread_layouts(prim_func))
     # Kernels to run get TileLang's cython backend, whose host library :func:`launcher` calls
     # directly; that library links the CUDA driver, so a machine without one (CI) builds with the
-    # default backend, which checks as much of the kernel.
-    backend = "cython" if target["kind"] == "cuda" and torch.cuda.is_available() else "auto"
+    # default backend, which checks as much of the kernel, unless TileLang's own setting asks for
+    # cython (scripts/warm-kernel-cache.py, linking a stand-in driver: the GPU machine's builds).
+    cython = torch.cuda.is_available() or os.environ.get("TILELANG_EXECUTION_BACKEND") == "cython"
+    backend = "cython" if target["kind"] == "cuda" and cython else "auto"
     with tvm.target.Target(target):  # lowering needs the target as context without a GPU
         return tilelang.compile(prim_func, target=target, pass_configs=dict(pass_configs or {}),
                                 execution_backend=backend)
