@@ -16,9 +16,17 @@ import npuops_pool
 from npuops import functional
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    """Every plan made during the test launches a counting stand-in kernel on the CPU."""
+@pytest.fixture(params=["c", "python"])
+def launches(request, monkeypatch):
+    """Every plan made during the test launches a counting stand-in kernel on the CPU; the fronts'
+    fast path in C (npuops._fastpath) and, as where it was not built, in Python."""
+    if request.param == "python":
+        monkeypatch.setattr(functional, "_fastpath", None)
+        monkeypatch.setattr(functional, "fast_call", functional._fast_call)
+        monkeypatch.setattr(functional, "signature", functional._signature)
+    functional.forget_fast_paths()
+    request.addfinalizer(functional.forget_fast_paths)
+    monkeypatch.setattr(functional, "_warned", set())  # each test sees its own once-only warnings
     counted: list[str] = []
     made = functional._plan
 

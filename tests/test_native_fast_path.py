@@ -104,12 +104,16 @@ def test_the_c_keys_are_the_python_keys(grad, by_layout):
         assert (_fastpath.signature((needs,), {}, by_layout) is None) == grad
 
 
-def test_a_missing_or_unhashable_call_is_a_miss():
-    x = torch.randn(3)
-    assert _fastpath.call({}, (x, 2), {}, False) is functional._MISS
-    assert _fastpath.call({}, (x, [2]), {}, False) is functional._MISS
-    filed = {functional._signature((x, 2), {}, False): lambda values: ("python", values)}
-    assert _fastpath.call(filed, (x, 2), {}, False) == ("python", (x, 2))
+@pytest.mark.parametrize("fast_call", [_fastpath.call, functional._fast_call], ids=["c", "python"])
+def test_a_missing_or_unhashable_call_is_a_miss(fast_call):
+    x, needs = torch.randn(3), torch.randn(3, requires_grad=True)
+    assert fast_call({}, (x, 2), {}, False) is functional._MISS
+    assert fast_call({}, (x, [2]), {}, False) is functional._MISS
+    filed = {functional._signature((x, 2), {}, False): lambda values: ("python", values),
+             functional._signature((2,), {"input": x}, False): lambda values: ("by name", values)}
+    assert fast_call(filed, (x, 2), {}, False) == ("python", (x, 2))
+    assert fast_call(filed, (2,), {"input": x}, False) == ("by name", (2, x))
+    assert fast_call(filed, (needs, 2), {}, False) is functional._MISS
 
 
 # -- launches --------------------------------------------------------------------------------------
