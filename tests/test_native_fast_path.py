@@ -205,3 +205,21 @@ def test_a_front_call_seen_before_runs_the_c_launch(entries, monkeypatch):
         assert functional.coverage()["rms_norm"]["ours"] == 3
     finally:
         functional.forget_fast_paths()
+
+
+def test_a_launch_and_its_plan_are_freed_together(entries):
+    """A plan holds its launches (plan.natives) and each launch its plan: the collector frees both."""
+    import gc
+    import weakref
+
+    class Plan:
+        launch, natives = object(), []
+
+    plan = Plan()
+    plan.natives = [twice_launch(entries, 4, plan)]
+    freed = weakref.ref(plan)
+    del plan
+    gc.collect()
+    assert freed() is None
+    with pytest.raises(RuntimeError, match="not made"):
+        _fastpath.Launch.__new__(_fastpath.Launch)((None,))

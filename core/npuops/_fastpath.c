@@ -202,13 +202,29 @@ static int call_entry(intptr_t entry, const int64_t *v, int n) {
     return -1;
 }
 
+/* A Launch and its plan refer to each other (plan.natives): both are the collector's to free. */
+static int Launch_traverse(Launch *self, visitproc visit, void *arg) {
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->plan);
+    Py_VISIT(self->launch);
+    Py_VISIT(self->device);
+    Py_VISIT(self->stream);
+    return 0;
+}
+
+static int Launch_clear(Launch *self) {
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->plan);
+    Py_CLEAR(self->launch);
+    Py_CLEAR(self->device);
+    Py_CLEAR(self->device_index);
+    Py_CLEAR(self->stream);
+    return 0;
+}
+
 static void Launch_dealloc(Launch *self) {
-    Py_XDECREF(self->fallback);
-    Py_XDECREF(self->plan);
-    Py_XDECREF(self->launch);
-    Py_XDECREF(self->device);
-    Py_XDECREF(self->device_index);
-    Py_XDECREF(self->stream);
+    PyObject_GC_UnTrack(self);
+    Launch_clear(self);
     if (self->slots)
         for (int i = 0; i < self->params; i++) {
             Py_XDECREF(self->slots[i].shape);
@@ -409,6 +425,10 @@ done:
 }
 
 static PyObject *run_launch(Launch *self, PyObject *values) {
+    if (self->plan == NULL || self->fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a Launch not made (or already freed) was called");
+        return NULL;
+    }
     PyObject *result = launch_values(self, values);
     if (result == Py_NotImplemented) return PyObject_CallOneArg(self->fallback, values);
     return result;
@@ -430,10 +450,12 @@ static PyTypeObject LaunchType = {
     .tp_name = "npuops._fastpath.Launch",
     .tp_doc = "A kernel's launch for calls of one signature, run in C (see the module).",
     .tp_basicsize = sizeof(Launch),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Launch_init,
     .tp_dealloc = (destructor)Launch_dealloc,
+    .tp_traverse = (traverseproc)Launch_traverse,
+    .tp_clear = (inquiry)Launch_clear,
     .tp_call = (ternaryfunc)Launch_call,
     .tp_members = Launch_members,
 };
