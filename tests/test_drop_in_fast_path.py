@@ -137,6 +137,19 @@ def test_keyword_arguments_lists_and_gradients_are_served(launches):
     torch.testing.assert_close(leaf.grad, expected.grad)
 
 
+def test_a_list_argument_takes_the_fast_path_by_its_items(launches, monkeypatch):
+    """A list (``dim=[0, 2]``, a window as a list) keys a call by its items as they are at the call:
+    the second call skips the front, and the same list with other items runs it again."""
+    x, windows, window = torch.randn(2, 3, 9, 9), [], npuops_pool.functional._window
+    monkeypatch.setattr(npuops_pool.functional, "_window", lambda *a: windows.append(list(a[2])) or window(*a))
+    size = [3, 3]
+    for _ in range(2):
+        torch.testing.assert_close(npuops_pool.avg_pool2d(x, size, [2, 2]), F.avg_pool2d(x, 3, 2))
+    size[1] = 2
+    torch.testing.assert_close(npuops_pool.avg_pool2d(x, size, [2, 2]), F.avg_pool2d(x, [3, 2], 2))
+    assert windows == [[3, 3], [3, 2]] and launches == ["avg_pool2d"] * 3
+
+
 def test_a_front_that_reshapes_keeps_its_own_path(launches, monkeypatch):
     unbatched = torch.randn(3, 10, 10)  # the front adds a batch dim: its tensor is not the caller's
     for _ in range(2):

@@ -104,7 +104,7 @@ def test_the_c_keys_are_the_python_keys(grad, by_layout):
     needs = torch.randn(4, 8, requires_grad=True)
     calls = [
         ((x, (8,), w, 1e-6), {}),
-        ((x, [8], w), {"eps": None}),                     # a list: a key, just not a hashable one
+        ((x, [8], w), {"eps": None}),                     # a list: its items, marked as a list
         ((x.t(), (True, 2), 1, 1.0, "s", None), {}),      # bools and floats beside ints
         ((needs, (8,)), {}),                              # needs a gradient (when grad is on)
         ((), {"input": x, "weight": w}),
@@ -120,11 +120,15 @@ def test_a_missing_or_unhashable_call_is_a_miss(fast_call):
     x, needs = torch.randn(3), torch.randn(3, requires_grad=True)
     assert fast_call({}, (x, 2), {}, False) is functional._MISS
     assert fast_call({}, (x, [2]), {}, False) is functional._MISS
+    assert fast_call({(): None}, (x, {"a": 1}), {}, False) is functional._MISS  # unhashable
     filed = {functional._signature((x, 2), {}, False): lambda values: ("python", values),
              functional._signature((2,), {"input": x}, False): lambda values: ("by name", values)}
     assert fast_call(filed, (x, 2), {}, False) == ("python", (x, 2))
     assert fast_call(filed, (2,), {"input": x}, False) == ("by name", (2, x))
     assert fast_call(filed, (needs, 2), {}, False) is functional._MISS
+    filed[functional._signature((x, [0, 2]), {}, False)] = lambda values: ("list", values)
+    assert fast_call(filed, (x, [0, 2]), {}, False) == ("list", (x, [0, 2]))
+    assert fast_call(filed, (x, (0, 2)), {}, False) is functional._MISS  # a tuple is not the list
 
 
 # -- launches --------------------------------------------------------------------------------------

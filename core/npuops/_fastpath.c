@@ -67,14 +67,21 @@ done:
     return key;
 }
 
-/* (value, tuple of its items' types): a tuple holding a bool or a float is not one of ints. */
-static PyObject *tuple_key(PyObject *value) {
-    Py_ssize_t n = PyTuple_GET_SIZE(value);
-    PyObject *types = PyTuple_New(n);
-    if (types == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(types, i, Py_NewRef((PyObject *)Py_TYPE(PyTuple_GET_ITEM(value, i))));
-    PyObject *key = PyTuple_Pack(2, value, types);
-    Py_DECREF(types);
+/* (value, tuple of its items' types): a tuple holding a bool or a float is not one of ints. A list,
+ * (list, its items as a tuple, their types): hashable, and not the tuple of the same items. */
+static PyObject *sequence_key(PyObject *value) {
+    PyObject *items = PySequence_Tuple(value);
+    if (items == NULL) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
+    PyObject *types = PyTuple_New(n), *key = NULL;
+    if (types != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            PyTuple_SET_ITEM(types, i, Py_NewRef((PyObject *)Py_TYPE(PyTuple_GET_ITEM(items, i))));
+        key = PyList_CheckExact(value) ? PyTuple_Pack(3, (PyObject *)&PyList_Type, items, types)
+                                       : PyTuple_Pack(2, value, types);
+        Py_DECREF(types);
+    }
+    Py_DECREF(items);
     return key;
 }
 
@@ -107,8 +114,8 @@ static PyObject *make_signature(PyObject *values, PyObject *kwargs, int by_layou
                 }
             }
             item = tensor_key(value, by_layout);
-        } else if (PyTuple_CheckExact(value)) {
-            item = tuple_key(value);
+        } else if (PyTuple_CheckExact(value) || PyList_CheckExact(value)) {
+            item = sequence_key(value);
         } else {
             item = PyTuple_Pack(2, (PyObject *)Py_TYPE(value), value);
         }

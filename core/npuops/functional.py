@@ -788,7 +788,7 @@ def _signature(args: tuple, kwargs: dict, by_layout: bool) -> tuple | None:
     """The key a front files a call's fast call under; None where a tensor needs a gradient.
     Tensors by shape, dtype and device (and strides, ``by_layout``); other values with their
     type, so that True is not 1 and a tuple holding a bool or a float (which torch refuses as
-    int[]) not one of ints."""
+    int[]) not one of ints; a list by its items (``dim=[0, 2]``), as they are at each call."""
     values = (*args, *kwargs.values()) if kwargs else args
     grad, key = torch.is_grad_enabled(), [tuple(kwargs)] if kwargs else []
     for value in values:
@@ -800,6 +800,8 @@ def _signature(args: tuple, kwargs: dict, by_layout: bool) -> tuple | None:
                        else (value.shape, value.dtype, value.device))
         elif kind is tuple:
             key.append((value, tuple(map(type, value))))
+        elif kind is list:  # hashable, and not the tuple of the same items
+            key.append((list, tuple(value), tuple(map(type, value))))
         else:
             key.append((kind, value))
     return tuple(key)
