@@ -448,6 +448,8 @@ class DropIn:
         self.__name__ = self.__qualname__ = fn.name
         self.__doc__ = f"npuops {fn.op} as a function: {fn.schema}"
         self._plans: dict[tuple, _Plan] = {}
+        self._fast_calls: dict[tuple, Any] = {}  # the C launches of calls seen before (_file_fast_call)
+        _fast_paths.append(self._fast_calls)
         self._tensor_count = len(fn.inputs)
         self._defaults = tuple(default for _, default in fn.params)
         self._param_names = tuple(name for name, _ in fn.params)
@@ -468,8 +470,11 @@ class DropIn:
         count = self._tensor_count
         tensors = args[:count]
         if not (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()):
-            # The eager path, model code's every call: one pass over the tensors tells whether it
-            # may take it (plain tensors, no gradient to record) and makes the plan's key.
+            result = fast_call(self._fast_calls, args, None, False)
+            if result is not _MISS:
+                return result
+            # The eager path: one pass over the tensors tells whether it may take the call (plain
+            # tensors, no gradient to record) and makes the plan's key.
             grad = torch.is_grad_enabled()
             key = [args[count:]]
             for t in tensors:
@@ -477,16 +482,29 @@ class DropIn:
                     break
                 key.append((t.shape, t.dtype, t.is_cuda, t.is_meta, t.get_device()))
             else:
-                plan = self._plans.get(tuple(key))
+                plan = self._plans.get(key := tuple(key))
                 if plan is None or plan.pending is not None:
                     plan = None  # new, or waiting for a build: _run makes it again
-                return self._run(args, tensors, plan)
+                result = self._run(args, tensors, plan)
+                self._file_fast_call(args, self._plans.get(key))
+                return result
         args = self._complete(args, {})  # the types checked: the eager test took only plain tensors
         if self._differentiable or not self._wants_grad(tensors):
             return self.custom_op(*args)
         plan = self._plan_for(args)
         record(self.fn.name, "gradient through an in-place op")
         return _pick(self.fn, plan.formulation(**dict(zip(plan.names, tensors))))
+
+    def _file_fast_call(self, args: tuple, plan: _Plan | None) -> None:
+        """After a call of ``plan``: where its launch is one the C fast path runs (a compiled
+        kernel's, see :func:`_fast_launch`), file that under the call's key, so that calls like it
+        (model code calling an op function directly, ``fused_add_rms_norm`` a layer) go from their
+        arguments to the launch in C, as the fronts' do."""
+        if plan is None or plan.pending is not None or getattr(plan.launch, "native", None) is None:
+            return
+        key = signature(args, None, False)
+        if key is not None and _hashable(key) and key not in self._fast_calls:
+            self._fast_calls[key] = _fast_launch(self, plan, tuple(range(self._tensor_count)))
 
     def _run(self, args: tuple, tensors: tuple, plan: _Plan | None = None) -> Any:
         """A call by its plan (``__call__`` found it; else looked up, made if new): our kernel where
@@ -716,7 +734,7 @@ def _fast_launch(function: DropIn, plan: _Plan, positions: tuple[int, ...]) -> C
     return launch
 
 
-_fast_paths: list[dict] = []  # every front's fast calls (see drop_in), for forget_fast_paths()
+_fast_paths: list[dict] = []  # every front's and function's fast calls, for forget_fast_paths()
 
 
 def forget_fast_paths() -> None:
