@@ -176,42 +176,6 @@ def test_what_a_launch_cannot_take_goes_to_the_python_path(entries, case, monkey
     assert len(fallback.calls) == 1 and fallback.calls[0][1] is tensor and launch.launches == 0
 
 
-# -- through a front -------------------------------------------------------------------------------
-def test_a_front_call_seen_before_runs_the_c_launch(entries, monkeypatch):
-    """rms_norm's plans get a Python launch (the formulation) and, as a compiled kernel's would, a
-    NativeLaunch (the stand-in entry): the first call runs the front and the Python launch, the
-    ones after it the C launch; each result is torch's."""
-    made = functional._plan
-
-    def plan_with_native(fn, described, devices, params):
-        plan = made(fn, described, devices, params)
-        if plan.reason == "cpu device" and fn.name == "rms_norm":
-            (_, shape, _), formulation = described[0], plan.formulation
-
-            def launch(x, weight):
-                return formulation(x=x, weight=weight)
-
-            launch.native = native(entries["rms"], (0, 1, (0, None)), (shape[0], shape[1]), (2,))
-            plan.kernel, plan.launch, plan.reason = "stand-in", launch, None
-        return plan
-
-    monkeypatch.setattr(functional, "_plan", plan_with_native)
-    monkeypatch.setattr(npuops_norm.functional._rms_norm, "_plans", {})
-    functional.forget_fast_paths()
-    functional.reset_coverage()
-    w = torch.randn(64)
-    try:
-        for _ in range(3):
-            x = torch.randn(5, 64)
-            torch.testing.assert_close(npuops_norm.rms_norm(x, (64,), w, 1e-6), F.rms_norm(x, (64,), w, 1e-6))
-        (plan,) = npuops_norm.functional._rms_norm._plans.values()
-        # the front's launch, beside the one the function filed for its own direct calls
-        assert plan.launches == 1 and sorted(n.launches for n in plan.natives) == [0, 2]
-        assert functional.coverage()["rms_norm"]["ours"] == 3
-    finally:
-        functional.forget_fast_paths()
-
-
 def test_a_launch_and_its_plan_are_freed_together(entries):
     """A plan holds its launches (plan.natives) and each launch its plan: the collector frees both."""
     import gc
@@ -230,9 +194,11 @@ def test_a_launch_and_its_plan_are_freed_together(entries):
         _fastpath.Launch.__new__(_fastpath.Launch)((None,))
 
 
-def test_a_function_called_directly_runs_the_c_launch_from_its_second_call(entries, monkeypatch):
-    """An op function called without a front (model code calling ``fused_add_rms_norm`` and the
-    like): its first call of a signature runs the plan's launch, the later ones the C launch."""
+# -- through a front and a function ---------------------------------------------------------------
+@pytest.fixture
+def rms_norm_plans(entries, monkeypatch):
+    """rms_norm's plans get a Python launch (the formulation) and, as a compiled kernel's would, a
+    NativeLaunch (the stand-in entry); yields the op function, its plans and fast calls fresh."""
     made = functional._plan
 
     def plan_with_native(fn, described, devices, params):
@@ -252,16 +218,32 @@ def test_a_function_called_directly_runs_the_c_launch_from_its_second_call(entri
     monkeypatch.setattr(rms_norm, "_plans", {})
     functional.forget_fast_paths()
     functional.reset_coverage()
-    w = torch.randn(64)
-    try:
-        for _ in range(3):
-            x = torch.randn(5, 64)
-            torch.testing.assert_close(rms_norm(x, w, 1e-6), F.rms_norm(x, (64,), w, 1e-6))
-        (plan,) = rms_norm._plans.values()
-        assert plan.launches == 1 and [n.launches for n in plan.natives] == [2]
-        needs = torch.randn(5, 64, requires_grad=True)  # a gradient: the custom op's path, not the launch
-        torch.testing.assert_close(rms_norm(needs, w, 1e-6), F.rms_norm(needs, (64,), w, 1e-6))
-        assert [n.launches for n in plan.natives] == [2]
-    finally:
-        functional.forget_fast_paths()
+    yield rms_norm
+    functional.forget_fast_paths()
 
+
+def test_a_front_call_seen_before_runs_the_c_launch(rms_norm_plans):
+    """The first call runs the front and the Python launch, the ones after it the C launch; each
+    result is torch's."""
+    w = torch.randn(64)
+    for _ in range(3):
+        x = torch.randn(5, 64)
+        torch.testing.assert_close(npuops_norm.rms_norm(x, (64,), w, 1e-6), F.rms_norm(x, (64,), w, 1e-6))
+    (plan,) = rms_norm_plans._plans.values()
+    # the front's launch, beside the one the function filed for its own direct calls
+    assert plan.launches == 1 and sorted(n.launches for n in plan.natives) == [0, 2]
+    assert functional.coverage()["rms_norm"]["ours"] == 3
+
+
+def test_a_function_called_directly_runs_the_c_launch_from_its_second_call(rms_norm_plans):
+    """An op function called without a front (model code calling ``fused_add_rms_norm`` and the
+    like): its first call of a signature runs the plan's launch, the later ones the C launch."""
+    w = torch.randn(64)
+    for _ in range(3):
+        x = torch.randn(5, 64)
+        torch.testing.assert_close(rms_norm_plans(x, w, 1e-6), F.rms_norm(x, (64,), w, 1e-6))
+    (plan,) = rms_norm_plans._plans.values()
+    assert plan.launches == 1 and [n.launches for n in plan.natives] == [2]
+    needs = torch.randn(5, 64, requires_grad=True)  # a gradient: the custom op's path, not the launch
+    torch.testing.assert_close(rms_norm_plans(needs, w, 1e-6), F.rms_norm(needs, (64,), w, 1e-6))
+    assert [n.launches for n in plan.natives] == [2]
