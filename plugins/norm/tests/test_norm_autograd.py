@@ -305,5 +305,7 @@ def test_mixed_precision_batch_norm_and_group_norm_run_ours_on_the_gpu(dtype):
         if functions is F:
             got = (y, leaf.grad, weight.grad)
             assert all(counts["torch"] == 0 for counts in coverage().values()), coverage()
-    for a, e in zip(got, (y, leaf.grad, weight.grad)):
-        torch.testing.assert_close(a.float(), e.float(), rtol=3e-2, atol=3e-2)
+    for what, a, e in zip(("y", "input gradient", "weight gradient"), got, (y, leaf.grad, weight.grad)):
+        rms = e.float().square().mean().sqrt().item()  # the scale, for reading a failure
+        torch.testing.assert_close(a.float(), e.float(), rtol=3e-2, atol=3e-2,
+                                   msg=lambda m, what=what, rms=rms: f"{what} (RMS {rms:.3g}): {m}")
