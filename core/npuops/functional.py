@@ -470,8 +470,9 @@ class DropIn:
         count = self._tensor_count
         tensors = args[:count]
         if not (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()):
-            result = fast_call(self._fast_calls, args, None, False)
-            if result is not _MISS:
+            # The C launch of a call seen before (only where the extension was built: in Python
+            # the key would cost what the plan's lookup below costs, twice).
+            if _fastpath is not None and (result := _fastpath.call(self._fast_calls, args, None, False)) is not _MISS:
                 return result
             # The eager path: one pass over the tensors tells whether it may take the call (plain
             # tensors, no gradient to record) and makes the plan's key.
@@ -500,7 +501,7 @@ class DropIn:
         kernel's, see :func:`_fast_launch`), file that under the call's key, so that calls like it
         (model code calling an op function directly, ``fused_add_rms_norm`` a layer) go from their
         arguments to the launch in C, as the fronts' do."""
-        if plan is None or plan.pending is not None or getattr(plan.launch, "native", None) is None:
+        if _fastpath is None or plan is None or plan.pending is not None or getattr(plan.launch, "native", None) is None:
             return
         key = signature(args, None, False)
         if key is not None and _hashable(key) and key not in self._fast_calls:
@@ -571,8 +572,7 @@ class DropIn:
             key = (args[self._tensor_count:], *[(t.shape, t.dtype, t.is_cuda, t.is_meta, t.get_device()) for t in tensors])
         plan = self._plans.get(key)
         if plan is None or (plan.pending is not None and _builds.get(plan.pending) is not _PENDING):
-            described = tuple((name, tuple(int(s) for s in t.shape), t.dtype)
-                              for name, t in zip(self.fn.inputs, tensors))
+            described = self._described(tensors)
             devices = tuple(_META if traced else t.device for t in tensors)
             plan = _plan(self.fn, described, devices, tuple(zip(self._param_names, args[self._tensor_count:])))
             self._plans[key] = plan
@@ -582,10 +582,12 @@ class DropIn:
         """The workload a call with these arguments plans (tensors by shape and dtype alone: meta
         tensors do), for building its kernel ahead (:func:`warm`)."""
         args = self._complete(args, kwargs)
-        described = tuple((name, tuple(int(s) for s in t.shape), t.dtype)
-                          for name, t in zip(self.fn.inputs, args[:self._tensor_count]))
-        return _workload(self.fn, _registry().op(self.fn.op), described,
+        return _workload(self.fn, _registry().op(self.fn.op), self._described(args[:self._tensor_count]),
                          tuple(zip(self._param_names, args[self._tensor_count:])))
+
+    def _described(self, tensors: tuple) -> tuple:
+        """(name, shape, dtype) of each tensor input: what a plan and its workload are made of."""
+        return tuple((name, tuple(int(s) for s in t.shape), t.dtype) for name, t in zip(self.fn.inputs, tensors))
 
     def kernel_for(self, *args: Any, **kwargs: Any) -> Any:
         """The kernel an eager call with these arguments runs (None: torch's formulation)."""

@@ -345,9 +345,8 @@ class BoundKernel:
         empty, empty_like = torch.empty, torch.empty_like
         native = None
         if self._launch.entry is not None:
-            index = device.index if device.index is not None else torch.cuda.current_device()
             native = NativeLaunch(self._launch.entry, tuple(slots), tuple(values), tuple(picks),
-                                  torch.device(device.type, index), self._launch.stream)
+                                  self._launch.device, self._launch.stream)
 
         if slots == [*range(len(names)), (slots[-1][0], None)] and picks == [len(names)]:
             # The common kernel (the inputs in the caller's order, then one output like an input,
@@ -400,13 +399,15 @@ def bind_sizes(name: str, dims: Sequence[int], shape: Sequence[int | str], sizes
 class Launcher(NamedTuple):
     """``run(tensors, sizes(named_sizes))`` runs a compiled kernel on its parameters (every one, in
     order; contiguous) with its launch sizes, on the current stream of its device. ``entry``: the
-    address of the host library's C entry point ``run`` calls, where there is one, and ``stream``,
-    what it asks for that stream (see :class:`NativeLaunch`)."""
+    address of the host library's C entry point ``run`` calls, where there is one, ``stream``, what
+    it asks for that stream, and ``device``, the one it launches on, with its index (see
+    :class:`NativeLaunch`)."""
 
     run: Callable[[Sequence[torch.Tensor], Any], None]
     sizes: Callable[[Mapping[str, int]], Any]
     entry: int | None = None
     stream: Callable[[int], int] | None = None
+    device: torch.device | None = None
 
 
 class NativeLaunch(NamedTuple):
@@ -453,7 +454,7 @@ def launcher(kernel: Any, device: torch.device, shapes: Sequence[Sequence[int | 
 
     dims = _launch_dims(dynamic, shapes)
     return Launcher(launch, lambda sizes: [sizes[d] if isinstance(d, str) else d for d in dims],
-                    ctypes.cast(entry, ctypes.c_void_p).value, current_stream)
+                    ctypes.cast(entry, ctypes.c_void_p).value, current_stream, torch.device(device.type, index))
 
 
 def _launch_dims(dynamic: Mapping[Any, tuple[int, int, int, int]], shapes: Sequence[Sequence[int | str]]) -> list:

@@ -156,9 +156,8 @@ def _warm(handle: Patch, families: Iterable[str] | None) -> dict[str, float]:
     started, workloads, seen = time.perf_counter(), [], set()
     for module, _ in handle._records:
         for plugin, w in registry.call_each("npuops_module_workloads", module=module):
-            key = repr(w.to_dict())  # modules of one size name one workload
-            if (wanted is None or plugin in wanted) and key not in seen:
-                seen.add(key)
+            if (wanted is None or plugin in wanted) and w.fingerprint not in seen:  # modules of one size: one
+                seen.add(w.fingerprint)
                 workloads.append(w)
     handle.errors.extend(str(e) for e in registry.errors if e.stage == "npuops_module_workloads")
     return {**functional.warm(workloads), "seconds": round(time.perf_counter() - started, 3)}

@@ -133,6 +133,11 @@ def _over_trailing(op, input, shape, *args):
 _EPSILONS = {dtype: torch.finfo(dtype).eps for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)}
 
 
+def default_eps(dtype: torch.dtype) -> float:
+    """rms_norm's eps where none is given: the dtype's machine epsilon (as torch's)."""
+    return _EPSILONS.get(dtype) or torch.finfo(dtype).eps
+
+
 @drop_in
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """``torch.nn.functional.rms_norm``: y = x / sqrt(mean(x², normalized dims) + eps) * weight,
@@ -142,7 +147,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
         return torch_call("rms_norm", "no weight or not the trailing dims", F.rms_norm, input, normalized_shape,
                           weight, eps)
     if eps is None:
-        eps = _EPSILONS.get(input.dtype) or torch.finfo(input.dtype).eps
+        eps = default_eps(input.dtype)
     if len(shape) == 1:
         return _rms_norm(input, weight, float(eps))
     return _over_trailing(_rms_norm, input, shape, weight, float(eps))

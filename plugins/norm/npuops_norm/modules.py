@@ -24,7 +24,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.nn.parameter import is_lazy
 
-from .functional import _layer_norm, _rms_norm, batch_norm, gemma_rms_norm, group_norm, instance_norm, layer_norm, rms_norm
+from .functional import (_layer_norm, _rms_norm, batch_norm, default_eps, gemma_rms_norm, group_norm, instance_norm,
+                         layer_norm, rms_norm)
 
 
 def _layer_norm_forward(module, input):
@@ -148,10 +149,10 @@ def norm_workloads(module):
     if forward is _layer_norm_forward:
         return [_layer_norm.workload(x, weight, module.bias, float(module.eps))]
     if forward is _rms_norm_forward:
-        eps = module.eps if module.eps is not None else torch.finfo(weight.dtype).eps
+        eps = module.eps if module.eps is not None else default_eps(weight.dtype)
         return [_rms_norm.workload(x, weight, float(eps))]
-    form = next((form for (form, attribute), hf in _HF_FORWARDS.items() if forward is hf), None)
-    if form is None:
+    hf = next((key for key, hf in _HF_FORWARDS.items() if forward is hf), None)
+    if hf is None:
         return None
-    eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", None)))
-    return [(_rms_norm if form == "rms_norm" else gemma_rms_norm).workload(x, weight, eps)]
+    form, attribute = hf
+    return [(_rms_norm if form == "rms_norm" else gemma_rms_norm).workload(x, weight, float(getattr(module, attribute)))]
