@@ -161,13 +161,16 @@ def measure_eager(modes: Modes, args, device) -> tuple[dict, float, dict]:
 
 def measure_unseen(modes: Modes, args, device) -> dict:
     """First forward at a new prompt length: each model gets its own (n and n + 1), so neither
-    warms the other's shapes; who goes first alternates. An untimed stock forward at n + 2 comes
-    first: torch's own first-use costs near a new length (CUDA loading the library kernels a new
-    matmul size picks, hundreds of ms) fall on neither, leaving what each model adds."""
+    warms the other's shapes; who goes first alternates. Untimed stock forwards at n + 2 and n + 3
+    come first: torch's own first-use costs near a new length (CUDA loading the library kernels a
+    new matmul size picks, hundreds of ms; an odd length can pick others than an even one: at ~50
+    tokens one warm-up at n + 2 left 0.6-1.0 s on the first timed forward and more on the second)
+    fall on neither, leaving what each model adds."""
     results = {}
     for i, n in enumerate(args.unseen):
         order = MODES if i % 2 == 0 else MODES[::-1]
-        forward_s(modes.set(False), ids_of(n + 2, args, device), device)
+        for warm_up in (n + 2, n + 3):
+            forward_s(modes.set(False), ids_of(warm_up, args, device), device)
         row = {}
         for offset, mode in enumerate(order):
             length = n + offset
