@@ -54,7 +54,8 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops import VECTOR_BYTES, KernelKey, KernelSpec, interleaved_vectors, thread_owned, tilelang_dtype, wide_indices
+from npuops import (VECTOR_BYTES, KernelKey, KernelSpec, interleaved_vectors, multiprocessors, thread_owned,
+                    tilelang_dtype, wide_indices)
 
 F32 = "float32"
 BLOCK = 256  # threads per block of the window kernels
@@ -198,6 +199,8 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
     if kernel == "rows":
         tile = (rows, cols) if rows and cols else default_tile(spec, dtype)
         return rows_kernel(spec, input_shape, dtype, threads or BLOCK, *tile)
+    if kernel == "split":
+        return split_window_kernel(spec, input_shape, dtype, threads or BLOCK, lanes or window_lanes(spec))
     if kernel == "strips":
         return strips_kernel(spec, input_shape, dtype, threads or BLOCK)
     if kernel == "vectors":
@@ -224,30 +227,43 @@ def launch_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dt
     kernel's where it takes the workload (one build for many sizes: the functions for model code
     call the default), then the kernels built for its shape (:func:`shape_variants`), which the
     tuned configs name and a GPU run compares it with."""
-    return sized_variants(spec, input_shape, dtype) + shape_variants(spec, dtype)
+    return sized_variants(spec, input_shape, dtype) + shape_variants(spec, dtype, math.prod(input_shape[:2]))
 
 
-def shape_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
-    """Launch configs of the kernels built for one shape (the sizes in ``spec``), their default first."""
+def shape_variants(spec: Pooling, dtype: torch.dtype, planes: int | None = None) -> list[dict]:
+    """Launch configs of the kernels built for one shape (the sizes in ``spec``; ``planes``: the
+    input's batch times channels, where known), their default first."""
     if stages_planes(spec, dtype, PLANES_PER_BLOCK):
-        unstaged = [{"kernel": "planes", "threads": t, "staged": False} for t in (PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK)
-                    ] if loads_planes_whole(spec, dtype) else []
+        staged = [{"kernel": "planes", "threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
+                  if stages_planes(spec, dtype, t)]
+        most = plane_lanes(spec, dtype)
+        if not loads_planes_whole(spec, dtype):
+            # Lanes of single elements first where the blocks of staged planes leave most SMs idle
+            # (4 blocks of threads each walking a 169-long plane in shared memory: 4.2 µs against
+            # torch.compile's 1.7 on 512 planes, H100); after the staged planes elsewhere.
+            lanes = [{"kernel": "lanes", "threads": t} for t in (BLOCK // 2, BLOCK)] + [
+                {"kernel": "lanes", "threads": BLOCK // 2, "lanes": most // 2}] if most and most >= 4 else []
+            return lanes + staged if _fills_few(planes, PLANES_PER_BLOCK) else staged + lanes
         # Lanes first where they apply: on an H200, 6.0 µs against 6.3-7.4 for every planes variant
         # on textcnn-global. Half the lanes, two vectors each, first of those, as torch.compile's
         # kernel gives a 128-long plane 8 threads: 5.18 µs against 5.73 for lanes of one vector.
-        most = plane_lanes(spec, dtype)
+        unstaged = [{"kernel": "planes", "threads": t, "staged": False} for t in (PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK)]
         lanes = [{"kernel": "lanes", "threads": t, "lanes": most // 2} for t in (BLOCK // 2, BLOCK // 4) if most >= 4] + [
             {"kernel": "lanes", "threads": t} for t in (BLOCK // 2, BLOCK)] if most else []
-        return lanes + [{"kernel": "planes", "threads": t} for t in (PLANES_PER_BLOCK, PLANES_PER_BLOCK // 2, PLANES_PER_BLOCK * 2)
-                        if stages_planes(spec, dtype, t)] + unstaged
+        return lanes + staged + unstaged
     window = [{"kernel": "window", "threads": t} for t in (BLOCK, BLOCK // 2, BLOCK * 2)]
     predicated = [{"kernel": "window", "threads": BLOCK, "predicated": True}]
     # Two outputs a thread, as torch.compile's kernel takes 1-d windows.
     paired = [{"kernel": "window", "threads": t, "predicated": True, "outputs": 2} for t in (BLOCK, BLOCK // 2)
               ] if len(spec.spatial_in) == 1 else []
+    most = window_lanes(spec)
+    split = [{"kernel": "split", "threads": t, "lanes": most} for t in (BLOCK, BLOCK // 2)] if most else []
     tile = default_tile(spec, dtype)
     if tile is None:
-        return [*window, *predicated]
+        # Few outputs: a thread each leaves most SMs idle, so lanes per output lead (split_window_kernel).
+        few = _fills_few(planes * math.prod(spec.spatial_out), BLOCK)
+        return [*split, *window, *predicated] if few else [*window, *predicated, *split]
+    predicated += split
     # Smaller tiles make more blocks (small inputs); larger ones stage fewer halo rows per output.
     tiles = [tile, *(t for t in (default_tile(spec, dtype, OUTPUTS_PER_BLOCK // 4),
                                  default_tile(spec, dtype, OUTPUTS_PER_BLOCK * 4)) if t and t != tile)]
@@ -271,6 +287,11 @@ def shape_variants(spec: Pooling, dtype: torch.dtype) -> list[dict]:
     # µs, medicalnet-stem 66.18 -> 38.43, 34.03 with its marching variant); within 3% of the
     # fastest on the others.
     return [*vectors[:1], *first, *vectors[1:], *predicated, *paired]
+
+
+def _fills_few(items: int | None, per_block: int) -> bool:
+    """Whether blocks of ``per_block`` of ``items`` reach fewer than half the GPU's SMs."""
+    return items is not None and -(-items // per_block) < multiprocessors() // 2
 
 
 def side_by_side(spec: Pooling) -> bool:
@@ -403,20 +424,32 @@ def whole_input_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch
 
 
 def plane_lanes(spec: Pooling, dtype: torch.dtype) -> int | None:
-    """Threads per plane of the "lanes" kernel (None: it does not take ``spec``): global pooling
-    over planes of at least two whole 16-byte vectors, up to a warp of lanes, a vector or more each."""
-    if not loads_planes_whole(spec, dtype):
+    """Threads per plane of the "lanes" kernel (None: it does not take ``spec``): global pooling,
+    up to a warp of lanes. Over planes of at least two whole 16-byte vectors, a vector or more
+    each; over other planes, of at least 4 elements, single elements (:func:`lane_elements`), the
+    most lanes (a power of two) that leave each two or more."""
+    if not covers_whole_input(spec):
         return None
-    lanes = math.gcd(WARP, math.prod(spec.spatial_in) * dtype.itemsize // VECTOR_BYTES)
+    size = math.prod(spec.spatial_in)
+    if loads_planes_whole(spec, dtype):
+        lanes = math.gcd(WARP, size * dtype.itemsize // VECTOR_BYTES)
+    else:
+        lanes = min(WARP, 1 << ((size // 2).bit_length() - 1)) if size >= 4 else 1
     return lanes if lanes >= 2 else None
+
+
+def lane_elements(spec: Pooling, dtype: torch.dtype) -> int:
+    """Elements a lane loads at once: a 16-byte vector where planes are rows of them, else one."""
+    return VECTOR_BYTES // dtype.itemsize if loads_planes_whole(spec, dtype) else 1
 
 
 def lanes_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int,
                  lanes: int | None = None) -> KernelSpec:
     """Global pooling with ``lanes`` threads per plane (a divisor of :func:`plane_lanes`, by
-    default all of them): lane g loads vectors g, g + lanes, ... of its plane, so a warp's load
-    instruction reads whole planes, contiguous (the unstaged planes kernel's thread per plane
-    makes every load instruction touch 32 planes). The
+    default all of them): lane g loads vectors (or elements, :func:`lane_elements`) g, g + lanes,
+    ... of its plane, so a warp's load instruction reads whole planes, contiguous (the unstaged
+    planes kernel's thread per plane makes every load instruction touch 32 planes); past a plane
+    of single elements, a lane takes the reduction's identity. The
     lanes' partial results meet in shared memory (TileLang's shuffle reduction does not build for
     the CPU target), where the plane's first lane combines them."""
     import tilelang.language as T
@@ -424,25 +457,30 @@ def lanes_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
     dt = tilelang_dtype(dtype)
     at = accumulator_dtype(spec, dtype)
     planes, size = math.prod(input_shape[:2]), math.prod(input_shape[2:])
-    vector = VECTOR_BYTES // dtype.itemsize
+    vector = lane_elements(spec, dtype)
     most = plane_lanes(spec, dtype)
     lanes = lanes or most
     if not most or most % lanes or lanes < 2:
         raise ValueError(f"lanes must be a divisor of {most} and at least 2, got {lanes}")
     per_block = block // lanes
-    vectors_per_lane = size // (vector * lanes)
+    vectors_per_lane = -(-size // (vector * lanes))
+    padded = vectors_per_lane * vector * lanes  # size, for planes of whole vectors
     divisor = float(spec.divisor_override or size)
     identity = _identity(spec, at)
 
     @T.prim_func
     def main(X: T.Tensor((planes, size), dt), Y: T.Tensor((planes, 1), dt)):
         with T.Kernel(T.ceildiv(planes, per_block), threads=block, prelude=prelude(spec)) as bx:
-            tile = T.alloc_fragment((per_block, size), dt)
-            T.annotate_layout({tile: interleaved_vectors(per_block, size, lanes, vector)})
+            tile = T.alloc_fragment((per_block, padded), dt)
+            T.annotate_layout({tile: interleaved_vectors(per_block, padded, lanes, vector)})
             partial = T.alloc_shared((per_block, lanes), at)
             acc, v = T.alloc_var(at), T.alloc_var(at)  # v: a tap, cast once
-            for p, k in T.Parallel(per_block, size):
-                tile[p, k] = X[T.min(bx * per_block + p, planes - 1), k]
+            for p, k in T.Parallel(per_block, padded):
+                plane = T.min(bx * per_block + p, planes - 1)
+                if padded == size:
+                    tile[p, k] = X[plane, k]
+                else:
+                    tile[p, k] = T.if_then_else(k < size, X[plane, T.min(k, size - 1)], T.Cast(dt, identity))
             for p, g in T.Parallel(per_block, lanes):
                 acc = identity
                 for j in T.unroll(vectors_per_lane):
@@ -956,6 +994,105 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     )
 
 
+def _window_taps(spec: Pooling) -> tuple[tuple[int, int, int], ...]:
+    """(taps, stride, padding, dilation) per dim of the 3-d view of the windows a thread visits:
+    sliding windows' own; adaptive ones' longest (shorter windows mask the rest)."""
+    if not spec.adaptive:
+        return _sliding(spec)
+    taps = tuple(max(-(-(o + 1) * n // m) - o * n // m for o in range(m))
+                 for n, m in zip(_as_3d(spec.spatial_in, 1), _as_3d(spec.spatial_out, 1), strict=True))
+    return taps, (0, 0, 0), (0, 0, 0), (1, 1, 1)
+
+
+def _window(spec: Pooling, o, n, m, s, p):
+    """(first tap, end of the window) along one dim for output position o of m, over n inputs."""
+    if spec.adaptive:
+        return (o * n) // m, ((o + 1) * n + m - 1) // m
+    return o * s - p, n  # sliding windows end at the input's edge; taps past it are skipped
+
+
+def window_lanes(spec: Pooling) -> int | None:
+    """Threads per output of the "split" kernel (None: it does not take ``spec``): the most (a
+    power of two, up to a warp) that leave each two taps or more of the window."""
+    taps = math.prod(_window_taps(spec)[0])
+    lanes = min(WARP, 1 << ((taps // 2).bit_length() - 1)) if taps >= 4 else 1
+    return lanes if lanes >= 2 else None
+
+
+def split_window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int,
+                        lanes: int) -> KernelSpec:
+    """Any pooling, ``lanes`` threads per output: lane g visits taps g, g + lanes, ... of the
+    window (flattened depth, row, column: neighbouring lanes read neighbouring columns), all loaded
+    before any is used (clamped into the input, masked after), and the lanes' results meet in
+    shared memory, where the output's first lane combines them. For few outputs with long
+    windows, where a thread per output leaves SMs idle and walks its window one tap at a time:
+    an adaptive max pool of 31x31 planes to 4x4, 2048 outputs, took 12 µs that way (H100)."""
+    import tilelang.language as T
+
+    dt = tilelang_dtype(dtype)
+    at = accumulator_dtype(spec, dtype)
+    planes = math.prod(input_shape[:2])
+    D, H, W = _as_3d(spec.spatial_in, 1)
+    oD, oH, oW = _as_3d(spec.spatial_out, 1)
+    total = planes * oD * oH * oW
+    taps, stride, padding, dilation = _window_taps(spec)
+    (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = taps, stride, padding, dilation
+    most = window_lanes(spec)
+    if not most or most % lanes or lanes < 2:
+        raise ValueError(f"lanes must be a divisor of {most} and at least 2, got {lanes}")
+    per_block = block // lanes
+    rounds = -(-(kD * kH * kW) // lanes)
+    identity = _identity(spec, at)
+    window = functools.partial(_window, spec)
+
+    def position(bx, t):
+        """(plane, od, oh, ow) of the block's output t (the last output past the end)."""
+        idx = T.min(bx * per_block + t, total - 1)
+        return idx // (oW * oH * oD), (idx // (oW * oH)) % oD, (idx // oW) % oH, idx % oW
+
+    @T.prim_func
+    def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
+        with T.Kernel(T.ceildiv(total, per_block), threads=block, prelude=prelude(spec)) as bx:
+            partial = T.alloc_shared((per_block, lanes), at)
+            acc, v = T.alloc_var(at), T.alloc_var(at)  # v: a tap, cast once
+            for t, g in T.Parallel(per_block, lanes):
+                plane, od, oh, ow = position(bx, t)
+                d0, d_end = window(od, D, oD, sD, pD)
+                h0, h_end = window(oh, H, oH, sH, pH)
+                w0, w_end = window(ow, W, oW, sW, pW)
+                acc = identity
+                for r in T.unroll(rounds):
+                    tap = r * lanes + g
+                    d = d0 + tap // (kH * kW) * dD
+                    h = h0 + tap // kW % kH * dH
+                    w = w0 + tap % kW * dW
+                    v = T.Cast(at, X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
+                                     T.max(T.min(w, W - 1), 0)])
+                    inside = ((tap < kD * kH * kW) & (d >= 0) & (d < d_end) & (h >= 0) & (h < h_end)
+                              & (w >= 0) & (w < w_end))
+                    acc = T.if_then_else(inside, _accumulate(spec, acc, v, at), acc)
+                partial[t, g] = acc
+            for t, g in T.Parallel(per_block, lanes):  # the whole block: TileLang keeps the barrier
+                if g == 0 and bx * per_block + t < total:
+                    plane, od, oh, ow = position(bx, t)
+                    d0, d_end = window(od, D, oD, sD, pD)
+                    h0, h_end = window(oh, H, oH, sH, pH)
+                    w0, w_end = window(ow, W, oW, sW, pW)
+                    acc = identity
+                    for u in T.serial(lanes):
+                        acc = _accumulate(spec, acc, partial[t, u], at)
+                    Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, (d0, h0, w0), (d_end, h_end, w_end),
+                                                              taps, (D, H, W), padding))
+
+    return KernelSpec(
+        main,
+        (("input", (planes, D, H, W)), ("output", (planes, oD, oH, oW))),
+        {"output": dtype},
+        (("output", (*input_shape[:2], *spec.spatial_out)),),
+        {"kernel": "split", "threads": block, "lanes": lanes, "taps": taps},
+    )
+
+
 def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, block: int,
                   predicated: bool = False, outputs: int = 1) -> KernelSpec:
     """Any pooling: a thread per output element (``outputs`` consecutive ones) visiting its
@@ -973,21 +1110,9 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
     D, H, W = _as_3d(spec.spatial_in, 1)
     oD, oH, oW = _as_3d(spec.spatial_out, 1)
     total = planes * oD * oH * oW
-    if spec.adaptive:
-        # Longest adaptive window per dim: the tap count each thread visits (shorter ones masked).
-        taps = tuple(max(-(-(o + 1) * n // m) - o * n // m for o in range(m))
-                     for n, m in zip((D, H, W), (oD, oH, oW), strict=True))
-        stride = padding = (0, 0, 0)
-        dilation = (1, 1, 1)
-    else:
-        taps, stride, padding, dilation = _sliding(spec)
+    taps, stride, padding, dilation = _window_taps(spec)
     (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = taps, stride, padding, dilation
-
-    def window(o, n, m, s, p):
-        """(first tap, end of the window) along one dim for output position o."""
-        if spec.adaptive:
-            return (o * n) // m, ((o + 1) * n + m - 1) // m
-        return o * s - p, n  # sliding windows end at the input's edge; taps past it are skipped
+    window = functools.partial(_window, spec)
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):

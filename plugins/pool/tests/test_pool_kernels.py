@@ -129,11 +129,16 @@ def test_each_window_kind_takes_its_kernel():
         w = make_workload(op_name, shape, "f32", **params)
         return pool_kernel(op.pooling(w), w.shapes["input"], torch.float32).config
 
-    for op_name, params in NAN_CASES[2:]:  # whole-input windows
-        assert kernel_of(op_name, (1, 2, 9, 9), **params)["kernel"] == "planes"
-    # Planes too large to stage in shared memory take the window kernel, as adaptive windows do.
-    assert kernel_of("AdaptiveAvgPool2dFwd", (1, 2, 56, 56), output_size=[1, 1])["kernel"] == "window"
-    assert kernel_of("AdaptiveMaxPool2dFwd", (1, 2, 56, 56), output_size=[7, 7])["kernel"] == "window"
+    # Whole-input windows: staged planes where their blocks fill the SMs, else lanes of elements.
+    for op_name, params in NAN_CASES[2:]:
+        assert kernel_of(op_name, (64, 512, 9, 9), **params)["kernel"] == "planes"
+        assert kernel_of(op_name, (1, 512, 9, 9), **params)["kernel"] == "lanes"
+    # Planes too large to stage in shared memory take the window kernel, as adaptive windows do:
+    # a thread per output, or where those leave most SMs idle, lanes of one (the split kernel).
+    assert kernel_of("AdaptiveAvgPool2dFwd", (64, 512, 56, 56), output_size=[1, 1])["kernel"] == "window"
+    assert kernel_of("AdaptiveMaxPool2dFwd", (8, 512, 56, 56), output_size=[7, 7])["kernel"] == "window"
+    assert kernel_of("AdaptiveAvgPool2dFwd", (1, 2, 56, 56), output_size=[1, 1])["kernel"] == "split"
+    assert kernel_of("AdaptiveMaxPool2dFwd", (1, 2, 56, 56), output_size=[7, 7])["kernel"] == "split"
     # Other sliding windows take the sizes-at-launch kernel (one build for many sizes); of the
     # kernels built per shape, the vectors kernel first; after it, 1-d and non-overlapping windows
     # the rows kernel, overlapping 2-d/3-d ones a thread per output, with the rows kernel as
@@ -191,6 +196,12 @@ SMALL_TILES = [{"kernel": "rows", "threads": 32, "rows": 2, "cols": 3}, {"kernel
     # Global pooling over planes of whole vectors (lanes variants), the last block partial.
     ("MaxPool1dFwd", (2, 70, 64), dict(kernel_size=64)),
     ("AdaptiveAvgPool2dFwd", (1, 37, 8, 8), dict(output_size=[1, 1])),
+    # ... and of single elements (lanes variants), the planes' last elements past every lane's
+    ("AdaptiveAvgPool2dFwd", (1, 37, 13, 13), dict(output_size=[1, 1])),
+    ("MaxPool2dFwd", (2, 9, 3, 5), dict(kernel_size=[3, 5])),
+    # Few outputs of long adaptive windows (split variants lead): lanes past the longest window.
+    ("AdaptiveMaxPool2dFwd", (1, 3, 11, 13), dict(output_size=[3, 4])),
+    ("AdaptiveAvgPool2dFwd", (2, 3, 9, 10), dict(output_size=[2, 3])),
     # Windows that tile the input (strips variants): a last input row no window covers, 3-d.
     ("MaxPool2dFwd", (1, 3, 9, 16), dict(kernel_size=2, stride=2)),
     ("AvgPool3dFwd", (1, 2, 4, 6, 8), dict(kernel_size=2, stride=2, divisor_override=3)),
@@ -226,7 +237,8 @@ def test_kernel_propagates_nan_on_the_cpu_target(op_name, params):
 
 
 @pytest.mark.parametrize("op_name,shape,params", [("MaxPool1dFwd", (2, 20, 64), dict(kernel_size=64)),
-                                                  ("AdaptiveMaxPool2dFwd", (1, 20, 4, 8), dict(output_size=[1, 1]))])
+                                                  ("AdaptiveMaxPool2dFwd", (1, 20, 4, 8), dict(output_size=[1, 1])),
+                                                  ("AdaptiveMaxPool2dFwd", (1, 20, 5, 7), dict(output_size=[1, 1]))])
 def test_lanes_kernel_propagates_nan_from_any_lane_on_the_cpu_target(op_name, shape, params):
     """A NaN in any lane's vectors, or a plane of NaN only, comes out NaN, and no other plane does."""
     op = REGISTRY.op(op_name)
@@ -325,12 +337,19 @@ def test_nan_propagates_through_every_16_bit_max_variant(op_name, shape, params,
 
 
 @pytest.mark.gpu
-def test_every_lanes_variant_passes_the_gate_on_the_gpu():
-    """Whole and half lanes per plane, the last block partial."""
+@pytest.mark.parametrize("op_name,shape,dtype,params,kernel", [
+    ("MaxPool1dFwd", (3, 70, 64), "bf16", dict(kernel_size=64), "lanes"),  # lanes of vectors
+    ("AdaptiveAvgPool2dFwd", (3, 70, 13, 13), "f16", dict(output_size=[1, 1]), "lanes"),  # of elements
+    ("AdaptiveMaxPool2dFwd", (2, 64, 31, 31), "bf16", dict(output_size=[4, 4]), "split"),  # lanes of windows
+    ("AdaptiveAvgPool2dFwd", (2, 64, 55, 57), "f16", dict(output_size=[7, 7]), "split"),
+])
+def test_every_lanes_variant_passes_the_gate_on_the_gpu(op_name, shape, dtype, params, kernel):
+    """Every variant of workloads whose default has lanes per plane or per window, the last block partial."""
     device = REGISTRY.device("cuda")
-    op, impl = REGISTRY.op("MaxPool1dFwd"), REGISTRY.implementation("MaxPool1dFwd", "tilelang")
-    w = make_workload("MaxPool1dFwd", (3, 70, 64), "bf16", kernel_size=64)
+    op, impl = REGISTRY.op(op_name), REGISTRY.implementation(op_name, "tilelang")
+    w = make_workload(op_name, shape, dtype, **params)
     variants = op.tilelang_variants(w)
+    assert variants[0]["kernel"] == kernel
     for config in variants:
         result = check(op, w, impl.build(op, w, device.torch_device(), config=config), device, seed=5)
         assert result.ok, (config, result.detail)

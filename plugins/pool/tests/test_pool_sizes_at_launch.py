@@ -213,7 +213,7 @@ def test_grids_past_cudas_limits_long_windows_and_global_windows_keep_the_per_sh
     assert op.tilelang_variants(long)[0]["kernel"] != "sizes_at_launch"
     op = REGISTRY.op("MaxPool2dFwd")
     whole = make_workload("MaxPool2dFwd", (2, 3, 9, 9), "bf16", kernel_size=9)
-    assert op.tilelang_variants(whole)[0]["kernel"] == "planes"
+    assert op.tilelang_variants(whole)[0]["kernel"] in ("planes", "lanes")
     # More taps than a thread holds in registers (TAPS_PER_THREAD); a 7 x 7 window, stride 1, still fits.
     long = make_workload("MaxPool2dFwd", (2, 64, 112, 112), "bf16", kernel_size=17, stride=1, padding=8)
     assert op.tilelang_variants(long)[0]["kernel"] != "sizes_at_launch"
