@@ -92,26 +92,30 @@ def settled(fn, device):
     torch.cuda.synchronize(device)
 
 
-def per_call(fn, device, reps=7):
-    """(host µs, call µs) per call: medians over ``reps`` loops of back-to-back calls, once
-    :func:`settled`."""
-    settled(fn, device)
-    start = time.perf_counter()
-    fn()
-    torch.cuda.synchronize(device)
-    one = time.perf_counter() - start
-    count = max(5, min(300, int(3e-3 / max(one, 1e-6))))
-    hosts, walls = [], []
-    for _ in range(reps):
+def per_call(fns, device, reps=7):
+    """[(host µs, call µs) per call] of each of ``fns``: medians over ``reps`` loops of
+    back-to-back calls, once each is :func:`settled`; the functions' loops alternate, so that a
+    change in the host's speed during the run (other processes, clock) falls on each alike."""
+    counts = []
+    for fn in fns:
+        settled(fn, device)
         start = time.perf_counter()
-        for _ in range(count):
-            fn()
-        issued = time.perf_counter()
+        fn()
         torch.cuda.synchronize(device)
-        done = time.perf_counter()
-        hosts.append((issued - start) / count * 1e6)
-        walls.append((done - start) / count * 1e6)
-    return statistics.median(hosts), statistics.median(walls)
+        one = time.perf_counter() - start
+        counts.append(max(5, min(300, int(3e-3 / max(one, 1e-6)))))
+    hosts, walls = [[] for _ in fns], [[] for _ in fns]
+    for _ in range(reps):
+        for i, (fn, count) in enumerate(zip(fns, counts, strict=True)):
+            start = time.perf_counter()
+            for _ in range(count):
+                fn()
+            issued = time.perf_counter()
+            torch.cuda.synchronize(device)
+            done = time.perf_counter()
+            hosts[i].append((issued - start) / count * 1e6)
+            walls[i].append((done - start) / count * 1e6)
+    return [(statistics.median(h), statistics.median(w)) for h, w in zip(hosts, walls, strict=True)]
 
 
 def first_calls(name, shapes, make, device):
@@ -200,8 +204,7 @@ def main():
             try:
                 inputs = op.make_inputs(w, InputRNG(device, seed=1))
                 ours, theirs = calls(op, w, inputs)
-                ours_host, ours_call = per_call(ours, device)
-                torch_host, torch_call = per_call(theirs, device)
+                (ours_host, ours_call), (torch_host, torch_call) = per_call((ours, theirs), device)
             except Exception as exc:  # a row that cannot run is reported, the others go on
                 print(f"{op.name:22s} {w.id:4s} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
                 results["per_call"].append({"op": op.name, "workload": w.id, "error": f"{type(exc).__name__}: {exc}"})
