@@ -142,15 +142,20 @@ def test_a_launch_calls_the_entry_on_the_call_tensors(entries):
     torch.testing.assert_close(y, 2 * x)
 
 
-def test_two_outputs_and_32_bit_sizes(entries):
+@pytest.mark.parametrize("shape", [(2, 8), (16, 1, 1), (1, 16, 1, 1), (2, 1, 8, 1, 1)], ids=str)
+def test_two_outputs_and_32_bit_sizes(entries, shape):
+    """The second output is a new tensor of its own shape (made like a prototype: see the
+    extension's prototype_of), contiguous whatever its dims of one, a new one each call."""
     x = torch.randn(16)
-    slots = (0, (0, None), ((2, 8), torch.float32))
+    slots = (0, (0, None), (shape, torch.float32))
     launch = _fastpath.Launch(Fallback(), types.SimpleNamespace(launch=None), (0,),
                               native(entries["around"], slots, (16, 3), (1, 2)), (1, 2), False)
     below, above = launch((x,))
     torch.testing.assert_close(below, x - 3)
-    assert above.shape == (2, 8)
+    assert above.shape == shape and above.is_contiguous() and above.dtype == torch.float32
     torch.testing.assert_close(above.flatten(), x + 3)
+    _, again = launch((x,))
+    assert again.data_ptr() != above.data_ptr()
 
 
 @pytest.mark.parametrize("case", ["not contiguous", "not aligned", "plan replaced", "front recording", "launch failed"])

@@ -808,7 +808,8 @@ def _signature(args: tuple, kwargs: dict, by_layout: bool) -> tuple | None:
     """The key a front files a call's fast call under; None where a tensor needs a gradient.
     Tensors by shape, dtype and device (and strides, ``by_layout``); other values with their
     type, so that True is not 1 and a tuple holding a bool or a float (which torch refuses as
-    int[]) not one of ints; a list by its items (``dim=[0, 2]``), as they are at each call."""
+    int[]) not one of ints; a tuple of ints as it is (no other value's key is one); a list by its
+    items (``dim=[0, 2]``), as they are at each call."""
     values = (*args, *kwargs.values()) if kwargs else args
     grad, key = torch.is_grad_enabled(), [tuple(kwargs)] if kwargs else []
     for value in values:
@@ -819,7 +820,8 @@ def _signature(args: tuple, kwargs: dict, by_layout: bool) -> tuple | None:
             key.append((value.shape, value.dtype, value.device, value.stride()) if by_layout
                        else (value.shape, value.dtype, value.device))
         elif kind is tuple:
-            key.append((value, tuple(map(type, value))))
+            types = tuple(map(type, value))
+            key.append(value if all(t is int for t in types) else (value, types))
         elif kind is list:  # hashable, and not the tuple of the same items
             key.append((list, tuple(value), tuple(map(type, value))))
         else:
