@@ -1004,11 +1004,46 @@ def _window_taps(spec: Pooling) -> tuple[tuple[int, int, int], ...]:
     return taps, (0, 0, 0), (0, 0, 0), (1, 1, 1)
 
 
-def _window(spec: Pooling, o, n, m, s, p):
-    """(first tap, end of the window) along one dim for output position o of m, over n inputs."""
-    if spec.adaptive:
-        return (o * n) // m, ((o + 1) * n + m - 1) // m
-    return o * s - p, n  # sliding windows end at the input's edge; taps past it are skipped
+@dataclass(frozen=True)
+class _Windows:
+    """What the window kernels visit: ``planes`` of ``ins`` (D, H, W) to ``outs`` (oD, oH, oW), and
+    per dim of that 3-d view the windows' taps (:func:`_window_taps`), stride, padding, dilation."""
+
+    spec: Pooling
+    planes: int
+    ins: tuple[int, int, int]
+    outs: tuple[int, int, int]
+    taps: tuple[int, int, int]
+    stride: tuple[int, int, int]
+    padding: tuple[int, int, int]
+    dilation: tuple[int, int, int]
+
+    @classmethod
+    def of(cls, spec: Pooling, input_shape: tuple[int, ...]) -> "_Windows":
+        return cls(spec, math.prod(input_shape[:2]), _as_3d(spec.spatial_in, 1), _as_3d(spec.spatial_out, 1),
+                   *_window_taps(spec))
+
+    @property
+    def total(self) -> int:
+        return self.planes * math.prod(self.outs)
+
+    def position(self, idx):
+        """(plane, od, oh, ow) of output ``idx`` (flat)."""
+        oD, oH, oW = self.outs
+        return idx // (oW * oH * oD), (idx // (oW * oH)) % oD, (idx // oW) % oH, idx % oW
+
+    def bounds(self, od, oh, ow):
+        """((first taps), (ends)) per dim of the window of output (od, oh, ow): sliding windows end
+        at the input's edge (taps past it are skipped), adaptive ones where they end."""
+        firsts, ends = [], []
+        for o, n, m, s, p in zip((od, oh, ow), self.ins, self.outs, self.stride, self.padding, strict=True):
+            firsts.append((o * n) // m if self.spec.adaptive else o * s - p)
+            ends.append(((o + 1) * n + m - 1) // m if self.spec.adaptive else n)
+        return tuple(firsts), tuple(ends)
+
+    def result(self, acc, firsts, ends):
+        """The window's output from its max or sum ``acc`` (see :func:`_result`)."""
+        return _result(self.spec, acc, firsts, ends, self.taps, self.ins, self.padding)
 
 
 def window_lanes(spec: Pooling) -> int | None:
@@ -1031,24 +1066,15 @@ def split_window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torc
 
     dt = tilelang_dtype(dtype)
     at = accumulator_dtype(spec, dtype)
-    planes = math.prod(input_shape[:2])
-    D, H, W = _as_3d(spec.spatial_in, 1)
-    oD, oH, oW = _as_3d(spec.spatial_out, 1)
-    total = planes * oD * oH * oW
-    taps, stride, padding, dilation = _window_taps(spec)
-    (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = taps, stride, padding, dilation
+    view = _Windows.of(spec, input_shape)
+    planes, (D, H, W), (oD, oH, oW), total = view.planes, view.ins, view.outs, view.total
+    (kD, kH, kW), (dD, dH, dW) = view.taps, view.dilation
     most = window_lanes(spec)
     if not most or most % lanes or lanes < 2:
         raise ValueError(f"lanes must be a divisor of {most} and at least 2, got {lanes}")
     per_block = block // lanes
     rounds = -(-(kD * kH * kW) // lanes)
     identity = _identity(spec, at)
-    window = functools.partial(_window, spec)
-
-    def position(bx, t):
-        """(plane, od, oh, ow) of the block's output t (the last output past the end)."""
-        idx = T.min(bx * per_block + t, total - 1)
-        return idx // (oW * oH * oD), (idx // (oW * oH)) % oD, (idx // oW) % oH, idx % oW
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
@@ -1056,10 +1082,8 @@ def split_window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torc
             partial = T.alloc_shared((per_block, lanes), at)
             acc, v = T.alloc_var(at), T.alloc_var(at)  # v: a tap, cast once
             for t, g in T.Parallel(per_block, lanes):
-                plane, od, oh, ow = position(bx, t)
-                d0, d_end = window(od, D, oD, sD, pD)
-                h0, h_end = window(oh, H, oH, sH, pH)
-                w0, w_end = window(ow, W, oW, sW, pW)
+                plane, od, oh, ow = view.position(T.min(bx * per_block + t, total - 1))
+                (d0, h0, w0), (d_end, h_end, w_end) = view.bounds(od, oh, ow)
                 acc = identity
                 for r in T.unroll(rounds):
                     tap = r * lanes + g
@@ -1074,22 +1098,18 @@ def split_window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torc
                 partial[t, g] = acc
             for t, g in T.Parallel(per_block, lanes):  # the whole block: TileLang keeps the barrier
                 if g == 0 and bx * per_block + t < total:
-                    plane, od, oh, ow = position(bx, t)
-                    d0, d_end = window(od, D, oD, sD, pD)
-                    h0, h_end = window(oh, H, oH, sH, pH)
-                    w0, w_end = window(ow, W, oW, sW, pW)
+                    plane, od, oh, ow = view.position(bx * per_block + t)
                     acc = identity
                     for u in T.serial(lanes):
                         acc = _accumulate(spec, acc, partial[t, u], at)
-                    Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, (d0, h0, w0), (d_end, h_end, w_end),
-                                                              taps, (D, H, W), padding))
+                    Y[plane, od, oh, ow] = T.Cast(dt, view.result(acc, *view.bounds(od, oh, ow)))
 
     return KernelSpec(
         main,
         (("input", (planes, D, H, W)), ("output", (planes, oD, oH, oW))),
         {"output": dtype},
         (("output", (*input_shape[:2], *spec.spatial_out)),),
-        {"kernel": "split", "threads": block, "lanes": lanes, "taps": taps},
+        {"kernel": "split", "threads": block, "lanes": lanes, "taps": view.taps},
     )
 
 
@@ -1106,13 +1126,9 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
 
     dt = tilelang_dtype(dtype)
     at = accumulator_dtype(spec, dtype)
-    planes = math.prod(input_shape[:2])
-    D, H, W = _as_3d(spec.spatial_in, 1)
-    oD, oH, oW = _as_3d(spec.spatial_out, 1)
-    total = planes * oD * oH * oW
-    taps, stride, padding, dilation = _window_taps(spec)
-    (kD, kH, kW), (sD, sH, sW), (pD, pH, pW), (dD, dH, dW) = taps, stride, padding, dilation
-    window = functools.partial(_window, spec)
+    view = _Windows.of(spec, input_shape)
+    planes, (D, H, W), (oD, oH, oW), total = view.planes, view.ins, view.outs, view.total
+    (kD, kH, kW), (dD, dH, dW) = view.taps, view.dilation
 
     @T.prim_func
     def main(X: T.Tensor((planes, D, H, W), dt), Y: T.Tensor((planes, oD, oH, oW), dt)):
@@ -1122,13 +1138,8 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
                 for u in T.unroll(outputs):
                     idx = (bx * block + t) * outputs + u
                     if idx < total:
-                        ow = idx % oW
-                        oh = (idx // oW) % oH
-                        od = (idx // (oW * oH)) % oD
-                        plane = idx // (oW * oH * oD)
-                        d0, d_end = window(od, D, oD, sD, pD)
-                        h0, h_end = window(oh, H, oH, sH, pH)
-                        w0, w_end = window(ow, W, oW, sW, pW)
+                        plane, od, oh, ow = view.position(idx)
+                        (d0, h0, w0), (d_end, h_end, w_end) = view.bounds(od, oh, ow)
                         acc = _identity(spec, at)
                         for i, j, k in T.grid(kD, kH, kW):
                             d = d0 + i * dD
@@ -1145,8 +1156,7 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
                             elif d >= 0 and d < d_end and h >= 0 and h < h_end and w >= 0 and w < w_end:
                                 v = T.Cast(at, X[plane, d, h, w])
                                 acc = _accumulate(spec, acc, v, at)
-                        Y[plane, od, oh, ow] = T.Cast(dt, _result(spec, acc, (d0, h0, w0), (d_end, h_end, w_end),
-                                                                  taps, (D, H, W), padding))
+                        Y[plane, od, oh, ow] = T.Cast(dt, view.result(acc, (d0, h0, w0), (d_end, h_end, w_end)))
 
     output_shape = (*input_shape[:2], *spec.spatial_out)
     return KernelSpec(
@@ -1154,5 +1164,5 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
         (("input", (planes, D, H, W)), ("output", (planes, oD, oH, oW))),
         {"output": dtype},
         (("output", output_shape),),
-        {"kernel": "window", "threads": block, "taps": taps, "predicated": predicated, "outputs": outputs},
+        {"kernel": "window", "threads": block, "taps": view.taps, "predicated": predicated, "outputs": outputs},
     )
