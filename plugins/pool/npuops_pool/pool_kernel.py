@@ -261,7 +261,7 @@ def shape_variants(spec: Pooling, dtype: torch.dtype, planes: int | None = None)
     tile = default_tile(spec, dtype)
     if tile is None:
         # Few outputs: a thread each leaves most SMs idle, so lanes per output lead (split_window_kernel).
-        few = _fills_few(planes * math.prod(spec.spatial_out), BLOCK)
+        few = _fills_few(None if planes is None else planes * math.prod(spec.spatial_out), BLOCK)
         return [*split, *window, *predicated] if few else [*window, *predicated, *split]
     predicated += split
     # Smaller tiles make more blocks (small inputs); larger ones stage fewer halo rows per output.

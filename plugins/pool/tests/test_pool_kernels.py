@@ -139,6 +139,7 @@ def test_each_window_kind_takes_its_kernel():
     assert kernel_of("AdaptiveMaxPool2dFwd", (8, 512, 56, 56), output_size=[7, 7])["kernel"] == "window"
     assert kernel_of("AdaptiveAvgPool2dFwd", (1, 2, 56, 56), output_size=[1, 1])["kernel"] == "split"
     assert kernel_of("AdaptiveMaxPool2dFwd", (1, 2, 56, 56), output_size=[7, 7])["kernel"] == "split"
+    assert shape_kernels("AdaptiveMaxPool2dFwd", (1, 2, 56, 56), output_size=[7, 7])[0] == "window"  # planes unknown
     # Other sliding windows take the sizes-at-launch kernel (one build for many sizes); of the
     # kernels built per shape, the vectors kernel first; after it, 1-d and non-overlapping windows
     # the rows kernel, overlapping 2-d/3-d ones a thread per output, with the rows kernel as
