@@ -142,7 +142,7 @@ def test_a_launch_calls_the_entry_on_the_call_tensors(entries):
     torch.testing.assert_close(y, 2 * x)
 
 
-@pytest.mark.parametrize("shape", [(2, 8), (16, 1, 1), (1, 16, 1, 1), (2, 1, 8, 1, 1)], ids=str)
+@pytest.mark.parametrize("shape", [(2, 8), (16, 1, 1), (1, 16, 1, 1), (2, 1, 8, 1, 1), (16,)], ids=str)
 def test_two_outputs_and_32_bit_sizes(entries, shape):
     """The second output is a new tensor of its own shape (made like a prototype: see the
     extension's prototype_of), contiguous whatever its dims of one, a new one each call."""
@@ -156,6 +156,15 @@ def test_two_outputs_and_32_bit_sizes(entries, shape):
     torch.testing.assert_close(above.flatten(), x + 3)
     _, again = launch((x,))
     assert again.data_ptr() != above.data_ptr()
+
+
+def test_a_new_output_of_no_dims(entries):
+    """A shape no one-element tensor expands to, (): the output is made by empty() instead."""
+    x = torch.randn(1)
+    launch = _fastpath.Launch(Fallback(), types.SimpleNamespace(launch=None), (0,),
+                              native(entries["twice"], (0, ((), torch.float32)), (1,), (1,)), (1,), True)
+    y = launch((x,))
+    assert y.shape == () and y.item() == 2 * x.item()
 
 
 @pytest.mark.parametrize("case", ["not contiguous", "not aligned", "plan replaced", "front recording", "launch failed"])

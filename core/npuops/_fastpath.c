@@ -272,18 +272,22 @@ static PyObject *native_field(PyObject *native, const char *name, PyTypeObject *
 
 /* A one-element tensor of dtype on device, expanded to shape: empty_like() of it is a new contiguous
  * tensor of that shape, dtype and device, about 1 us faster a call than empty(shape, dtype=, device=)
- * (torch's parsing of keyword arguments). NULL with no error where empty_like() would not give a
- * contiguous tensor (the slot then takes empty()). */
+ * (torch's parsing of keyword arguments). NULL, with no error, where there is none such (a shape of
+ * no dims) or empty_like() would not give a contiguous tensor: the slot then takes empty(). */
 static PyObject *prototype_of(PyObject *shape, PyObject *dtype, PyObject *device) {
     PyObject *one = Py_BuildValue("(i)", 1), *single = NULL, *prototype = NULL, *probe = NULL, *contiguous = NULL;
-    if (one == NULL) return NULL;
+    if (one == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
     PyObject *kw[] = {one, dtype, device};
     if ((single = PyObject_Vectorcall(empty, kw, 1, dtype_device)) == NULL ||
         (prototype = PyObject_CallMethodOneArg(single, s_expand, shape)) == NULL ||
         (probe = PyObject_CallOneArg(empty_like, prototype)) == NULL ||
-        (contiguous = PyObject_CallMethodNoArgs(probe, s_is_contiguous)) == NULL)
+        (contiguous = PyObject_CallMethodNoArgs(probe, s_is_contiguous)) == NULL) {
+        PyErr_Clear();
         Py_CLEAR(prototype);
-    else if (contiguous != Py_True)
+    } else if (contiguous != Py_True)
         Py_CLEAR(prototype);
     Py_DECREF(one);
     Py_XDECREF(single);
@@ -349,7 +353,7 @@ static int Launch_fill(Launch *self, PyObject *fallback, PyObject *plan, PyObjec
             s->shape = PySequence_Tuple(PyTuple_GET_ITEM(slot, 0));
             if (s->shape == NULL) return -1;
             s->dtype = Py_NewRef(PyTuple_GET_ITEM(slot, 1));
-            if ((s->prototype = prototype_of(s->shape, s->dtype, self->device)) == NULL && PyErr_Occurred()) return -1;
+            s->prototype = prototype_of(s->shape, s->dtype, self->device);
         } else {
             PyErr_SetString(PyExc_ValueError, "a slot is an input index, (index, None) or (shape, dtype)");
             return -1;
