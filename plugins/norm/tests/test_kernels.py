@@ -464,6 +464,22 @@ def test_many_rows_offer_registers_capped_at_128_96_and_64():
     assert "__launch_bounds__(128, 8)" in source
 
 
+def test_rows_no_power_of_two_divides_offer_wider_blocks():
+    """A row no power of two divides (1000 wide) pads to the block: every share gives the widest
+    block its share fits, 32 threads for f32 LayerNorm rows, so blocks 2 and 4 times as wide are
+    variants too, each padding the row to 1024 and masking the tail."""
+    from npuops_norm.rowwise_kernel import launch_variants, rowwise_kernel
+
+    variants = launch_variants(LAYER_NORM, (300, 1000), torch.float32)
+    assert variants[0]["threads"] == 32
+    wider = [v for v in variants if v["threads"] > 32]
+    assert {v["threads"] for v in wider} == {64, 128}
+    for config in wider[:2]:
+        spec = rowwise_kernel(LAYER_NORM, (300, 1000), torch.float32, **config)
+        assert spec.config["masked"] and spec.config["padded_to"] == 1024
+        assert "__global__" in compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+
+
 def test_many_plain_rows_offer_staging_in_shared_memory():
     """Many plain rows may be staged in shared memory (cp.async), at as many blocks per SM as
     their shared memory fits; decode rows, groups and segments are not."""
@@ -631,6 +647,14 @@ def test_every_row_held_in_f32_passes_the_gate_on_the_gpu(op_name):
         op_name, [(4097, 7168), (133, 16384), (64, 1000)],
         lambda config: config.get("f32_row", rule) and not config.get("staged") and not config.get("chunked"), seed=29)
     assert checked >= 8 and not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_every_wider_block_of_a_padded_row_passes_the_gate_on_the_gpu():
+    """The launch variants wider than the rule's on rows no power of two divides (1000 wide)."""
+    checked, failures = gate_variants("LayerNormFwd", [(300, 1000), (5, 1000)], lambda config: config["threads"] > 32,
+                                      seed=37, catalog=False)
+    assert checked >= 4 and not failures, "\n".join(failures)
 
 
 @pytest.mark.gpu
