@@ -263,8 +263,8 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
             config = {"threads": threads, "min_blocks": blocks}
             if config not in variants:
                 variants.append(config)
-    rule_threads, padded = launch_threads(hidden, dtype.itemsize, elements_per_thread(spec, rows, hidden))
-    if padded != hidden and not grouped:
+    rule_threads = variants[0]["threads"]  # the first share is the rule's
+    if hidden % rule_threads and not grouped:
         # A row no power of two divides takes, for each share above, the widest block whose share
         # fits the row: a 1000-wide f32 row 32 threads in every one (LayerNorm 300 x 1000 f32: 0.80x
         # torch.compile's kernel time on the H100), where a block 2 or 4 times as wide pads it to 1024.

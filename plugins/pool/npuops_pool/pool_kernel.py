@@ -434,8 +434,13 @@ def plane_lanes(spec: Pooling, dtype: torch.dtype) -> int | None:
     if loads_planes_whole(spec, dtype):
         lanes = math.gcd(WARP, size * dtype.itemsize // VECTOR_BYTES)
     else:
-        lanes = min(WARP, 1 << ((size // 2).bit_length() - 1)) if size >= 4 else 1
+        lanes = _lanes_for(size)
     return lanes if lanes >= 2 else None
+
+
+def _lanes_for(items: int) -> int:
+    """The most lanes, a power of two up to a warp, that leave each two or more of ``items`` (1: none)."""
+    return min(WARP, 1 << ((items // 2).bit_length() - 1)) if items >= 4 else 1
 
 
 def lane_elements(spec: Pooling, dtype: torch.dtype) -> int:
@@ -1049,8 +1054,7 @@ class _Windows:
 def window_lanes(spec: Pooling) -> int | None:
     """Threads per output of the "split" kernel (None: it does not take ``spec``): the most (a
     power of two, up to a warp) that leave each two taps or more of the window."""
-    taps = math.prod(_window_taps(spec)[0])
-    lanes = min(WARP, 1 << ((taps // 2).bit_length() - 1)) if taps >= 4 else 1
+    lanes = _lanes_for(math.prod(_window_taps(spec)[0]))
     return lanes if lanes >= 2 else None
 
 
