@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -145,6 +146,36 @@ def test_tuning_breaks_near_ties_by_the_graph_regime():
     assert tuning[0]["graph_median_ms"] > 2.5 * tuning[1]["graph_median_ms"]
     chosen, tuning = _tune(fns, {}, ReplayingCPU(), options, graph_capture=None)
     assert chosen in (0, 1) and not any("graph_median_ms" in t for t in tuning)
+
+
+def test_tuning_with_kernel_times_ranks_variants_by_them(monkeypatch):
+    """With kernel times on, the variant of the least kernel time is measured, even where its
+    event time (launch latency and all) is the longer; each tried variant records both."""
+    from npuops import runner
+    from npuops.devices import CPUDevice
+    from npuops.timing import KernelTime
+
+    def variant(event_s, kernel_ms):
+        def call():
+            start = time.perf_counter()
+            while time.perf_counter() - start < event_s:
+                pass
+
+        call.config = {"kernel_ms": kernel_ms}
+        return call
+
+    def fake_kernel_time(call, device, regime, iterations=20, capture=True):
+        ms = call.func.config["kernel_ms"]
+        return KernelTime(median_ms=ms, min_ms=ms, activities=1, n=iterations)
+
+    monkeypatch.setattr(runner, "kernel_time", fake_kernel_time)
+    fns = [variant(0.0, 0.003), variant(0.004, 0.001)]
+    options = RunOptions(device="cpu", tuning_timing=FAST, kernel_time=True)
+    chosen, tuning = runner._tune(fns, {}, CPUDevice(), options, graph_capture=None)
+    assert chosen == 1 and tuning[1]["median_ms"] > tuning[0]["median_ms"]
+    assert [t["kernel_median_ms"] for t in tuning] == [0.003, 0.001]
+    chosen, _ = runner._tune(fns, {}, CPUDevice(), dataclasses.replace(options, kernel_time=False), graph_capture=None)
+    assert chosen == 0
 
 
 def test_a_wrong_variant_makes_the_row_wrong(toy, tmp_path, monkeypatch):

@@ -454,21 +454,41 @@ def execute(task: Task, registry: Registry, device: Device, options: RunOptions,
 
 def _tune(fns: Sequence[Callable[..., Any]], inputs: dict[str, Any], device: Device, options: RunOptions,
           graph_capture: bool | None) -> tuple[int, list[dict[str, Any]]]:
-    """(index of the variant to measure, what was tried): each timed briefly eager; with
+    """(index of the variant to measure, what was tried): each timed briefly eager, and with
+    ``options.kernel_time`` ranked by its kernel time (the bars' measure: a few-microsecond
+    kernel's event time is mostly launch latency, the same for every variant); with
     ``graph_capture`` not None (the task times the graph regime), the finalists of
     RunOptions.tuning_tie timed replayed too, and the least sum of both medians chosen."""
     calls = [functools.partial(fn, **inputs) for fn in fns]
     eager = [measure(call, device, "eager", options.tuning_timing).median_ms for call in calls]
     tuning = [{"config": _config_of(fn), "median_ms": ms} for fn, ms in zip(fns, eager, strict=True)]
-    fastest = min(range(len(fns)), key=eager.__getitem__)
-    finalists = sorted((i for i, ms in enumerate(eager) if ms <= eager[fastest] * (1 + options.tuning_tie)),
-                       key=eager.__getitem__)[:options.tuning_graph_finalists]
+    rank = eager
+    if options.kernel_time:
+        kernels = [_kernel_median(call, device) for call in calls]
+        for entry, ms in zip(tuning, kernels, strict=True):
+            if ms is not None:
+                entry["kernel_median_ms"] = ms
+        if None not in kernels:
+            rank = kernels
+    fastest = min(range(len(fns)), key=rank.__getitem__)
+    finalists = sorted((i for i, ms in enumerate(rank) if ms <= rank[fastest] * (1 + options.tuning_tie)),
+                       key=rank.__getitem__)[:options.tuning_graph_finalists]
     if graph_capture is None or len(finalists) < 2:
         return fastest, tuning
     for i in finalists:
         tuning[i]["graph_median_ms"] = measure(calls[i], device, "graph", options.tuning_timing,
                                                capture=graph_capture).median_ms
-    return min(finalists, key=lambda i: eager[i] + tuning[i]["graph_median_ms"]), tuning
+    return min(finalists, key=lambda i: rank[i] + tuning[i]["graph_median_ms"]), tuning
+
+
+def _kernel_median(call: Callable[[], Any], device: Device) -> float | None:
+    """A variant's median kernel time for tuning (fewer iterations than a row's), None where the
+    profiler records none."""
+    try:
+        kernels = kernel_time(call, device, "eager", iterations=10)
+    except NoDeviceActivity:
+        return None
+    return None if kernels is None else kernels.median_ms
 
 
 def _config_of(fn: Callable[..., Any]) -> Any:
