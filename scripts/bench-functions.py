@@ -33,7 +33,7 @@ import torch.nn.functional as F
 import npuops_norm
 import npuops_pool
 import npuops_topk
-from npuops import InputRNG
+from npuops import InputRNG, native
 from npuops.functional import built_kernels, coverage, finish_builds, reset_coverage
 from npuops.registry import load_registry
 
@@ -218,12 +218,14 @@ def main():
                   flush=True)
             del inputs
     results["coverage"] = coverage()
+    results["torch_fast"] = dict(native.state)  # whether the fast path read tensors through torch's C++ objects
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
     rows = [r for r in results["per_call"] if "error" not in r]
     slower = [r for r in rows if r["ours_call_us"] > r["torch_call_us"]]
     host_over = [r for r in rows if r["ours_host_us"] > 1.2 * r["torch_host_us"]]
-    print(f"\n{len(rows)} rows: ours slower per call on {len(slower)}; host cost over 1.2x torch's on {len(host_over)}")
+    print(f"\nfast path reading tensors through torch's C++ objects: {native.state}")
+    print(f"{len(rows)} rows: ours slower per call on {len(slower)}; host cost over 1.2x torch's on {len(host_over)}")
     for r in slower:
         print(f"  slower: {r['op']} {r['workload']}: {r['ours_call_us']:.2f} against {r['torch_call_us']:.2f} us")
     for shapes in results["new_shapes"]:

@@ -38,6 +38,7 @@ import torch
 
 import npuops
 import npuops.functional
+import npuops.native
 
 ARCHS = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}
 
@@ -292,6 +293,7 @@ def table(results: dict) -> str:
     lines.append(f"patch(warm=True): {json.dumps(results['patch_warm'])}")
     lines.append(f"coverage: {json.dumps(results['coverage'])}; built kernels: {results['built_kernels']}; "
                  f"waited {results['builds_behind_s']:.1f} s after the first forwards for the builds behind them")
+    lines.append(f"fast path reading tensors through torch's C++ objects: {json.dumps(results.get('torch_fast'))}")
     lines.append("bar: " + ", ".join(f"{k}: {'n/a' if v is None else 'yes' if v else 'NO'}" for k, v in results["bar"].items()))
     return "\n".join(lines)
 
@@ -314,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     results["patch_warm"] = modes.warmed
     results["coverage"] = npuops.functional.coverage()
     results["built_kernels"] = npuops.functional.built_kernels()
+    results["torch_fast"] = dict(npuops.native.state)  # the fast path's torch-aware reads (npuops.native)
     results["bar"] = bar(results)
     results["wall_s"] = time.perf_counter() - started
     with open(args.out, "w") as f:

@@ -1,6 +1,8 @@
 """The functions' fast path in C (``npuops._fastpath``): the keys the Python path makes, and launches
 that call a kernel's host entry point with the right addresses, sizes and stream, return what the
-Python launch returns, and hand every call they cannot take to the Python path.
+Python launch returns, and hand every call they cannot take to the Python path; each launch test
+twice, reading tensors through Python's attributes and through torch's C++ objects
+(``npuops._torch_fast``, built here by ``npuops.native`` as a CUDA machine builds it).
 
 Host entry points compiled here with the system's C compiler stand in for TileLang's host
 libraries (``int call(tensors..., sizes..., stream)``): they compute on the CPU, so each result is
@@ -20,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from npuops import functional
 from npuops.kernels import NativeLaunch
+from npuops.native import load as load_torch_fast
 
 if os.environ.get("NPUOPS_REQUIRE_FASTPATH"):  # CI: a C compiler is there, so the extension must have built
     from npuops import _fastpath
@@ -63,6 +66,28 @@ def entries(tmp_path_factory):
                     "-lm"], check=True)
     lib = ctypes.CDLL(str(folder / "entries.so"))
     return {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in ("twice", "around", "rms")}
+
+
+@pytest.fixture(scope="module")
+def torch_fast():
+    """The table of ``npuops._torch_fast``, built for the torch installed (CI: it must build)."""
+    try:
+        return load_torch_fast().api
+    except Exception as exc:
+        if os.environ.get("NPUOPS_REQUIRE_FASTPATH"):
+            raise
+        pytest.skip(f"npuops._torch_fast did not build here: {exc}")
+
+
+@pytest.fixture(params=["python attributes", "torch C++"])
+def reading(request):
+    """The fast path reading tensors each way; Python's attributes again after the test."""
+    if request.param == "torch C++":
+        _fastpath.accelerate(request.getfixturevalue("torch_fast"))
+    functional.forget_fast_paths()
+    yield request.param
+    _fastpath.accelerate(None)
+    functional.forget_fast_paths()
 
 
 def stream(index):
@@ -131,8 +156,35 @@ def test_a_missing_or_unhashable_call_is_a_miss(fast_call):
     assert fast_call(filed, (x, (0, 2)), {}, False) is functional._MISS  # a tuple is not the list
 
 
+@pytest.mark.parametrize("by_layout", [True, False])
+def test_keys_read_through_torch_cpp_tell_what_the_python_keys_tell(torch_fast, by_layout):
+    """Through torch's C++ objects a tensor's key is bytes, not (shape, dtype, device): two calls
+    share a key exactly where their Python keys are equal (strides too, by layout), and a tensor
+    that needs a gradient still makes none."""
+    x = torch.randn(4, 8)
+    calls = [(x, (8,), 1e-6), (torch.randn(4, 8), (8,), 1e-6), (x.t().contiguous(), (8,), 1e-6), (x.t(), (8,), 1e-6),
+             (x.double(), (8,), 1e-6), (x.view(32), (8,), 1e-6), (x, (8,), 1e-5), (x, [8], 1e-6),
+             (torch.randn(4, 8, 1), (8,), 1e-6)]
+    python = [functional._signature(c, {}, by_layout) for c in calls]
+    _fastpath.accelerate(torch_fast)
+    try:
+        assert _fastpath.accelerated()
+        cpp = [_fastpath.signature(c, {}, by_layout) for c in calls]
+        assert isinstance(cpp[0][0], bytes)
+        for i in range(len(calls)):
+            for j in range(len(calls)):
+                assert (cpp[i] == cpp[j]) == (python[i] == python[j]), (i, j)
+        needs = torch.randn(3, requires_grad=True)
+        assert _fastpath.signature((needs,), {}, by_layout) is None
+        with torch.no_grad():
+            assert _fastpath.signature((needs,), {}, by_layout) is not None
+    finally:
+        _fastpath.accelerate(None)
+    assert not _fastpath.accelerated() and _fastpath.signature(calls[0], {}, by_layout) == python[0]
+
+
 # -- launches --------------------------------------------------------------------------------------
-def test_a_launch_calls_the_entry_on_the_call_tensors(entries):
+def test_a_launch_calls_the_entry_on_the_call_tensors(reading, entries):
     x = torch.randn(37)
     fallback = Fallback()
     launch = twice_launch(entries, 37, fallback=fallback)
@@ -143,7 +195,7 @@ def test_a_launch_calls_the_entry_on_the_call_tensors(entries):
 
 
 @pytest.mark.parametrize("shape", [(2, 8), (16, 1, 1), (1, 16, 1, 1), (2, 1, 8, 1, 1), (16,)], ids=str)
-def test_two_outputs_and_32_bit_sizes(entries, shape):
+def test_two_outputs_and_32_bit_sizes(reading, entries, shape):
     """The second output is a new tensor of its own shape (made like a prototype: see the
     extension's prototype_of), contiguous whatever its dims of one, a new one each call."""
     x = torch.randn(16)
@@ -158,7 +210,7 @@ def test_two_outputs_and_32_bit_sizes(entries, shape):
     assert again.data_ptr() != above.data_ptr()
 
 
-def test_a_new_output_of_no_dims(entries):
+def test_a_new_output_of_no_dims(reading, entries):
     """A shape no one-element tensor expands to, (): the output is made by empty() instead."""
     x = torch.randn(1)
     launch = _fastpath.Launch(Fallback(), types.SimpleNamespace(launch=None), (0,),
@@ -168,7 +220,7 @@ def test_a_new_output_of_no_dims(entries):
 
 
 @pytest.mark.parametrize("case", ["not contiguous", "not aligned", "plan replaced", "front recording", "launch failed"])
-def test_what_a_launch_cannot_take_goes_to_the_python_path(entries, case, monkeypatch):
+def test_what_a_launch_cannot_take_goes_to_the_python_path(reading, entries, case, monkeypatch):
     x = torch.randn(64)
     plan = types.SimpleNamespace(launch=object())
     fallback = Fallback()
@@ -236,7 +288,7 @@ def rms_norm_plans(entries, monkeypatch):
     functional.forget_fast_paths()
 
 
-def test_a_front_call_seen_before_runs_the_c_launch(rms_norm_plans):
+def test_a_front_call_seen_before_runs_the_c_launch(reading, rms_norm_plans):
     """The first call runs the front and the Python launch, the ones after it the C launch; each
     result is torch's."""
     w = torch.randn(64)
@@ -249,7 +301,7 @@ def test_a_front_call_seen_before_runs_the_c_launch(rms_norm_plans):
     assert functional.coverage()["rms_norm"]["ours"] == 3
 
 
-def test_a_function_called_directly_runs_the_c_launch_from_its_second_call(rms_norm_plans):
+def test_a_function_called_directly_runs_the_c_launch_from_its_second_call(reading, rms_norm_plans):
     """An op function called without a front (model code calling ``fused_add_rms_norm`` and the
     like): its first call of a signature runs the plan's launch, the later ones the C launch."""
     w = torch.randn(64)

@@ -15,6 +15,8 @@
 #include <structmember.h>
 #include <stdint.h>
 
+#include "_torch_fast.h"
+
 #if !defined(__linux__) || !(defined(__x86_64__) || defined(__aarch64__))
 #error "npuops._fastpath calls kernel entry points by the x86-64 / AArch64 Linux calling convention"
 #endif
@@ -25,6 +27,8 @@
 /* Set once by configure(): the plain tensor types, torch's functions, the front calls' recorder, the
  * missing-call marker. */
 static PyObject *plain_types, *is_grad_enabled, *empty_like, *empty, *front_calls, *MISS;
+/* Set by accelerate(): torch's C++ objects read directly (npuops._torch_fast), where it was built. */
+static const NpuopsTorchFast *fast_api;
 static PyObject *s_shape, *s_dtype, *s_device, *s_stride, *s_requires_grad, *s_is_contiguous, *s_data_ptr,
     *s_recorder, *s_launch, *s_expand, *dtype_device;
 
@@ -48,6 +52,7 @@ static PyObject *call_values(PyObject *args, PyObject *kwargs) {
 }
 
 static PyObject *tensor_key(PyObject *tensor, int by_layout) {
+    if (fast_api) return fast_api->tensor_key(tensor, by_layout);
     PyObject *shape = PyObject_GetAttr(tensor, s_shape), *dtype = NULL, *device = NULL, *stride = NULL,
              *key = NULL;
     if (shape == NULL || (dtype = PyObject_GetAttr(tensor, s_dtype)) == NULL ||
@@ -92,11 +97,27 @@ static PyObject *sequence_key(PyObject *value) {
 }
 
 /* The key of a call with these values (Py_None: a tensor that needs a gradient; NULL: an error). */
+static int grad_enabled(void) {
+    if (fast_api) return fast_api->grad_enabled();
+    PyObject *flag = PyObject_CallNoArgs(is_grad_enabled);
+    if (flag == NULL) return -1;
+    int grad = PyObject_IsTrue(flag);
+    Py_DECREF(flag);
+    return grad;
+}
+
+static int requires_grad(PyObject *tensor) {
+    if (fast_api) return fast_api->requires_grad(tensor);
+    PyObject *requires = PyObject_GetAttr(tensor, s_requires_grad);
+    if (requires == NULL) return -1;
+    int needs = PyObject_IsTrue(requires);
+    Py_DECREF(requires);
+    return needs;
+}
+
 static PyObject *make_signature(PyObject *values, PyObject *kwargs, int by_layout) {
-    PyObject *grad_flag = PyObject_CallNoArgs(is_grad_enabled);
-    if (grad_flag == NULL) return NULL;
-    int grad = PyObject_IsTrue(grad_flag);
-    Py_DECREF(grad_flag);
+    int grad = grad_enabled();
+    if (grad < 0) return NULL;
     int named = kwargs != NULL && kwargs != Py_None && PyDict_GET_SIZE(kwargs) > 0;
     Py_ssize_t n = PyTuple_GET_SIZE(values);
     PyObject *key = PyTuple_New(n + named);
@@ -110,10 +131,8 @@ static PyObject *make_signature(PyObject *values, PyObject *kwargs, int by_layou
         PyObject *value = PyTuple_GET_ITEM(values, i), *item;
         if (is_plain(value)) {
             if (grad) {
-                PyObject *requires = PyObject_GetAttr(value, s_requires_grad);
-                if (requires == NULL) goto fail;
-                int needs = PyObject_IsTrue(requires);
-                Py_DECREF(requires);
+                int needs = requires_grad(value);
+                if (needs < 0) goto fail;
                 if (needs) {
                     Py_DECREF(key);
                     Py_RETURN_NONE;
@@ -400,11 +419,29 @@ static int64_t address(PyObject *tensor) {
     return value;
 }
 
-static PyObject *new_tensor(Launch *self, Slot *s, PyObject **tensors) {
-    if (s->kind == LIKE_INPUT) return PyObject_CallOneArg(empty_like, tensors[s->input]);
-    if (s->prototype) return PyObject_CallOneArg(empty_like, s->prototype);
-    PyObject *kw[] = {s->shape, s->dtype, self->device};
-    return PyObject_Vectorcall(empty, kw, 1, dtype_device);
+/* 1 with the address of a contiguous tensor's data, 0 for another layout, -1 on error. */
+static int contiguous_address(PyObject *tensor, int64_t *at) {
+    if (fast_api) return fast_api->contiguous_address(tensor, at);
+    PyObject *contiguous = PyObject_CallMethodNoArgs(tensor, s_is_contiguous);
+    if (contiguous == NULL) return -1;
+    int ok = contiguous == Py_True;
+    Py_DECREF(contiguous);
+    if (ok && (*at = address(tensor)) == -1 && PyErr_Occurred()) return -1;
+    return ok;
+}
+
+/* A new output for slot s (LIKE_INPUT, NEW_TENSOR) and its address (*at). */
+static PyObject *new_tensor(Launch *self, Slot *s, PyObject **tensors, int64_t *at) {
+    PyObject *like = s->kind == LIKE_INPUT ? tensors[s->input] : s->prototype, *made;
+    if (fast_api && like) return fast_api->empty_like(like, at);
+    if (like) {
+        made = PyObject_CallOneArg(empty_like, like);
+    } else {
+        PyObject *kw[] = {s->shape, s->dtype, self->device};
+        made = PyObject_Vectorcall(empty, kw, 1, dtype_device);
+    }
+    if (made != NULL && (*at = address(made)) == -1 && PyErr_Occurred()) Py_CLEAR(made);
+    return made;
 }
 
 /* Runs the kernel on the call's values; Py_NotImplemented (borrowed marker) where the fallback
@@ -422,22 +459,19 @@ static PyObject *launch_values(Launch *self, PyObject *values) {
         return Py_NotImplemented;
 
     PyObject *tensors[MAX_ARGS], *made[MAX_ARGS] = {NULL};
-    int64_t v[MAX_ARGS];
+    int64_t v[MAX_ARGS], addresses[MAX_ARGS];
     PyObject *result = NULL;
     for (int i = 0; i < self->tensors; i++) {
-        PyObject *t = tensors[i] = PyTuple_GET_ITEM(values, self->positions[i]);
-        PyObject *contiguous = PyObject_CallMethodNoArgs(t, s_is_contiguous);
-        if (contiguous == NULL) return NULL;
-        int ok = contiguous == Py_True;
-        Py_DECREF(contiguous);
+        tensors[i] = PyTuple_GET_ITEM(values, self->positions[i]);
+        int ok = contiguous_address(tensors[i], &addresses[i]);
+        if (ok < 0) return NULL;
         if (!ok) return Py_NotImplemented;
     }
     for (int i = 0; i < self->params; i++) {
         Slot *s = &self->slots[i];
-        PyObject *t = s->kind == FROM_INPUT ? tensors[s->input] : (made[i] = new_tensor(self, s, tensors));
-        if (t == NULL) goto done;
-        if ((v[i] = address(t)) == -1 && PyErr_Occurred()) goto done;
-        if (s->kind == FROM_INPUT && v[i] % VECTOR_BYTES) {
+        if (s->kind != FROM_INPUT) {
+            if ((made[i] = new_tensor(self, s, tensors, &v[i])) == NULL) goto done;
+        } else if ((v[i] = addresses[s->input]) % VECTOR_BYTES) {
             result = Py_NotImplemented;
             goto done;
         }
@@ -517,6 +551,26 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* accelerate(capsule or None): read tensors through npuops._torch_fast's table from now on (None:
+ * through Python again). Keys change form with it: the caller forgets the fast calls filed before. */
+static PyObject *accelerate(PyObject *module, PyObject *capsule) {
+    if (capsule == Py_None) {
+        fast_api = NULL;
+        Py_RETURN_NONE;
+    }
+    const NpuopsTorchFast *api = PyCapsule_GetPointer(capsule, NPUOPS_TORCH_FAST_CAPSULE);
+    if (api == NULL) return NULL;
+    if (api->version != NPUOPS_TORCH_FAST_VERSION) {
+        PyErr_Format(PyExc_ValueError, "npuops._torch_fast table version %d, this module reads %d", api->version,
+                     NPUOPS_TORCH_FAST_VERSION);
+        return NULL;
+    }
+    fast_api = api;
+    Py_RETURN_NONE;
+}
+
+static PyObject *accelerated(PyObject *module, PyObject *unused) { return PyBool_FromLong(fast_api != NULL); }
+
 static int configured(void) {
     if (MISS == NULL) PyErr_SetString(PyExc_RuntimeError, "npuops._fastpath.configure() was not called");
     return MISS != NULL;
@@ -576,6 +630,9 @@ static PyMethodDef methods[] = {
      "signature(args, kwargs, by_layout): a call's key, None where a tensor needs a gradient"},
     {"call", (PyCFunction)(void (*)(void))fast_call, METH_FASTCALL,
      "call(fast_calls, args, kwargs, by_layout): the filed fast call's result, or the miss marker"},
+    {"accelerate", accelerate, METH_O,
+     "accelerate(capsule or None): read tensors through npuops._torch_fast's table (keys change form)"},
+    {"accelerated", accelerated, METH_NOARGS, "whether accelerate() gave a table"},
     {NULL},
 };
 

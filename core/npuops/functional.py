@@ -37,6 +37,7 @@ import functools
 import inspect
 import operator
 import threading
+import time
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable
@@ -47,6 +48,7 @@ import torch
 
 from .data import InputRNG
 from .devices import before_graph_capture
+from . import native
 from .errors import WorkloadError
 from .impl import KernelKey
 from .kernels import VECTOR_BYTES
@@ -250,11 +252,15 @@ def _other_classes(impl, op, w: Workload, key: tuple) -> list[tuple[tuple, Workl
 
 @before_graph_capture
 def finish_builds(timeout: float | None = None) -> bool:
-    """Wait until no build runs behind the calls (a launch class's, see :func:`_kernel`), at most
-    ``timeout`` seconds: whether none does. For code that must not share its first seconds with
-    compilation, and for timing the calls as they run once every kernel is built."""
+    """Wait until no build runs behind the calls (a launch class's, see :func:`_kernel`, and the
+    fast path's, see :mod:`npuops.native`), at most ``timeout`` seconds: whether none does. For
+    code that must not share its first seconds with compilation, and for timing the calls as they
+    run once every kernel is built."""
+    start = time.monotonic()
     with _build_done:
-        return _build_done.wait_for(lambda: all(kernel is not _PENDING for kernel in _builds.values()), timeout)
+        if not _build_done.wait_for(lambda: all(kernel is not _PENDING for kernel in _builds.values()), timeout):
+            return False
+    return native.wait(None if timeout is None else max(0.0, timeout - (time.monotonic() - start)))
 
 
 def _kernel(impl, op, w: Workload, device: torch.device, function: str,
@@ -290,7 +296,8 @@ def warm(workloads, progress: Callable[[Workload, str | None], None] | None = No
     call like it would, into this process's builds and TileLang's disk cache, where later processes
     find them: for deployments that must not stall on a first call. ``progress(w, why_not)`` after
     each, then waits for the other launch classes' builds these started. Returns how many workloads
-    got a kernel, how many had none, and the builds that took."""
+    got a kernel, how many had none, and the builds that took. Builds the fast path's torch-aware
+    reads too (:mod:`npuops.native`), where a kernel was built."""
     registry = _registry()
     device, cuda = torch.device("cuda"), registry.device("cuda")
     before, counts = built_kernels(), Counter()
@@ -300,6 +307,8 @@ def warm(workloads, progress: Callable[[Workload, str | None], None] | None = No
         why = ours[0].why_not(op, w, cuda) if ours else "no kernel for this op"
         if why is None:
             why = _kernel(ours[0], op, w, device, w.op, behind=False)[1]
+        if why is None:
+            native.accelerate_behind()
         counts["with a kernel" if why is None else "without"] += 1
         if progress:
             progress(w, why)
@@ -380,6 +389,7 @@ def _plan(fn: OpFunction, described: tuple, devices: tuple, params: tuple) -> _P
     kernel, why, pending = _kernel(ours[0], op, w, device, fn.name)
     if kernel is None:
         return _Plan(None, formulation, why, names)
+    native.accelerate_behind()  # the fast path's torch-aware reads, built once a kernel of ours runs here
     read = tuple(name for name in names if name not in fn.shape_only)
     if hasattr(kernel, "prepare"):
         launch = kernel.prepare(read, {name: shape for name, shape, _ in described if name in read},
