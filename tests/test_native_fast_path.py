@@ -313,3 +313,35 @@ def test_a_function_called_directly_runs_the_c_launch_from_its_second_call(readi
     needs = torch.randn(5, 64, requires_grad=True)  # a gradient: the custom op's path, not the launch
     torch.testing.assert_close(rms_norm_plans(needs, w, 1e-6), F.rms_norm(needs, (64,), w, 1e-6))
     assert [n.launches for n in plan.natives] == [2]
+
+
+# -- npuops.native: loading the torch-aware reads ---------------------------------------------------
+@pytest.fixture
+def fresh_native(monkeypatch):
+    from npuops import native
+
+    monkeypatch.setattr(native, "state", {"loaded": False, "why_not": "not built yet"})
+    monkeypatch.setattr(native, "_started", None)
+    yield native
+    _fastpath.accelerate(None)
+    functional.forget_fast_paths()
+
+
+def test_accelerate_hands_the_table_to_the_fast_path_and_forgets_its_calls(torch_fast, fresh_native):
+    filed = {"a key of the old form": None}
+    functional._fast_paths.append(filed)
+    try:
+        fresh_native.accelerate_behind()
+        assert fresh_native.wait(120) and fresh_native.state == {"loaded": True, "why_not": None}
+        assert _fastpath.accelerated() and filed == {}
+        assert fresh_native.accelerate()  # once: the second call finds it loaded
+    finally:
+        functional._fast_paths.remove(filed)
+
+
+def test_npuops_native_0_keeps_the_python_reads(fresh_native, monkeypatch):
+    monkeypatch.setenv("NPUOPS_NATIVE", "0")
+    fresh_native.accelerate_behind()
+    assert fresh_native._started is None and fresh_native.wait(0)
+    assert not fresh_native.accelerate() and fresh_native.state["why_not"] == "off (NPUOPS_NATIVE=0)"
+    assert not _fastpath.accelerated()
