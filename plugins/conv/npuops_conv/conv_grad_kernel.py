@@ -72,7 +72,7 @@ from functools import cached_property, partial
 import torch
 from npuops import KernelSpec, multiprocessors, tilelang_dtype
 
-from .conv_kernel import (ChannelsFirst, ConvLaunch, Problem, _all, _source, gemm_variants, no_empty_split,
+from .conv_kernel import (PARTIALS_IN_FLIGHT, ChannelsFirst, ConvLaunch, Problem, _all, _source, gemm_variants, no_empty_split,
                           ordered_sum, prim_func_over, store_partials, tile_allocator, tile_product, too_large,
                           zero_fill)
 from .layouts import CHANNELS_LAST
@@ -833,7 +833,8 @@ def _wgrad(q: Grad, config: ConvLaunch, emulate_gemm: bool = False) -> KernelSpe
             acc = T.alloc_fragment((bM,), F32)
             for i in T.Parallel(bM):
                 acc[i] = 0
-            for k in T.serial(per_split):
+            # Several positions' loads in flight, not one a step (see PARTIALS_IN_FLIGHT).
+            for k in T.unroll(per_split, annotations={"pragma_unroll_factor": PARTIALS_IN_FLIGHT}):
                 for i in T.Parallel(bM):
                     acc[i] += _direct_product(X, dY, by * per_split + k, T.min(bx * bM + i, elements - 1))
             for i in T.Parallel(bM):
