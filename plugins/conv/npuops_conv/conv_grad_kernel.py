@@ -72,9 +72,9 @@ from functools import cached_property, partial
 import torch
 from npuops import KernelSpec, multiprocessors, tilelang_dtype
 
-from .conv_kernel import (PARTIALS_IN_FLIGHT, ChannelsFirst, ConvLaunch, Problem, _all, _source, gemm_variants, no_empty_split,
-                          ordered_sum, prim_func_over, store_partials, tile_allocator, tile_product, too_large,
-                          zero_fill)
+from .conv_kernel import (PARTIALS_IN_FLIGHT, ChannelsFirst, ConvLaunch, Problem, _all, _source, gemm_variants,
+                          no_empty_split, ordered_sum, prim_func_over, store_partials, tile_allocator, tile_product,
+                          too_large, zero_fill)
 from .layouts import CHANNELS_LAST
 from .ops._geometry import ConvGeometry
 from .tuned import DGRAD, DGRAD_BIAS, WGRAD, tuned_launch
