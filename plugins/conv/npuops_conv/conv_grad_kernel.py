@@ -861,7 +861,8 @@ def _wgrad(q: Grad, config: ConvLaunch, emulate_gemm: bool = False) -> KernelSpe
             total = T.alloc_fragment((128,), F32)
             for j in T.Parallel(128):
                 total[j] = 0
-            for s in T.serial(ranges * BIAS_ROWS):  # a fixed order: deterministic
+            # A fixed order (deterministic), several partials' loads in flight (see PARTIALS_IN_FLIGHT).
+            for s in T.unroll(ranges * BIAS_ROWS, annotations={"pragma_unroll_factor": PARTIALS_IN_FLIGHT}):
                 for j in T.Parallel(128):
                     total[j] += BWork[s, T.min(cx * 128 + j, C_out - 1)]
             for j in T.Parallel(128):
