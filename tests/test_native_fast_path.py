@@ -174,6 +174,11 @@ def test_keys_read_through_torch_cpp_tell_what_the_python_keys_tell(torch_fast, 
         for i in range(len(calls)):
             for j in range(len(calls)):
                 assert (cpp[i] == cpp[j]) == (python[i] == python[j]), (i, j)
+        # A sparse tensor's key is not the dense one's of its shape (the Python key's is), and a
+        # tensor of many dims has one.
+        dense = torch.randn(3, 3)
+        assert _fastpath.signature((dense.to_sparse(),), {}, by_layout) != _fastpath.signature((dense,), {}, by_layout)
+        assert isinstance(_fastpath.signature((torch.randn([1] * 40),), {}, by_layout)[0], bytes)
         needs = torch.randn(3, requires_grad=True)
         assert _fastpath.signature((needs,), {}, by_layout) is None
         with torch.no_grad():

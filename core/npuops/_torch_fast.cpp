@@ -14,50 +14,52 @@
 
 namespace {
 
-/* The key of a plain tensor (the caller checked its type): bytes of its dims, sizes (and strides,
- * by_layout), dtype and device, compared and hashed as bytes. */
-PyObject *tensor_key(PyObject *tensor, int by_layout) {
-    const at::Tensor &t = THPVariable_Unpack(tensor);
-    int64_t key[2 * 16 + 4];
-    const int64_t dims = t.dim();
-    if (dims > 16) {
-        PyErr_SetString(PyExc_ValueError, "a tensor key takes at most 16 dims");
-        return NULL;
-    }
-    int n = 0;
-    key[n++] = dims;
-    for (int64_t s : t.sizes()) key[n++] = s;
-    if (by_layout)
-        for (int64_t s : t.strides()) key[n++] = s;
-    key[n++] = static_cast<int64_t>(t.scalar_type());
-    key[n++] = static_cast<int64_t>(t.device().type());
-    key[n++] = t.device().index();
-    return PyBytes_FromStringAndSize(reinterpret_cast<const char *>(key), n * sizeof(int64_t));
-}
+/* Each entry point turns a C++ exception (a sparse tensor's strides, an allocation that fails) into
+ * the Python exception torch raises for it (HANDLE_TH_ERRORS): none may cross into C. */
 
 int grad_enabled(void) { return at::GradMode::is_enabled(); }
 
-int requires_grad(PyObject *tensor) { return THPVariable_Unpack(tensor).requires_grad(); }
+/* The key of a plain tensor (the caller checked its type): bytes of its dims, sizes (and strides,
+ * by_layout), layout, dtype and device, compared and hashed as bytes. */
+PyObject *tensor_key(PyObject *tensor, int by_layout) {
+    HANDLE_TH_ERRORS
+    const at::Tensor &t = THPVariable_Unpack(tensor);
+    c10::SmallVector<int64_t, 24> key;
+    key.push_back(t.dim());
+    key.append(t.sizes().begin(), t.sizes().end());
+    if (by_layout) key.append(t.strides().begin(), t.strides().end());
+    key.push_back(static_cast<int64_t>(t.layout()));  /* a sparse tensor is not a strided one of its shape */
+    key.push_back(static_cast<int64_t>(t.scalar_type()));
+    key.push_back(static_cast<int64_t>(t.device().type()));
+    key.push_back(t.device().index());
+    return PyBytes_FromStringAndSize(reinterpret_cast<const char *>(key.data()), key.size() * sizeof(int64_t));
+    END_HANDLE_TH_ERRORS
+}
+
+int requires_grad(PyObject *tensor) {
+    HANDLE_TH_ERRORS
+    return THPVariable_Unpack(tensor).requires_grad();
+    END_HANDLE_TH_ERRORS_RET(-1)
+}
 
 /* 1 with the address of a contiguous tensor's data, 0 for another layout. */
 int contiguous_address(PyObject *tensor, int64_t *address) {
+    HANDLE_TH_ERRORS
     const at::Tensor &t = THPVariable_Unpack(tensor);
     if (!t.is_contiguous()) return 0;
     *address = reinterpret_cast<int64_t>(t.data_ptr());
     return 1;
+    END_HANDLE_TH_ERRORS_RET(-1)
 }
 
 /* A new contiguous tensor of like's sizes, dtype and device (like: a plain tensor). */
 PyObject *empty_like(PyObject *like, int64_t *address) {
-    try {
-        const at::Tensor &t = THPVariable_Unpack(like);
-        at::Tensor made = at::empty(t.sizes(), t.options());
-        *address = reinterpret_cast<int64_t>(made.data_ptr());
-        return THPVariable_Wrap(std::move(made));
-    } catch (const std::exception &e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-        return NULL;
-    }
+    HANDLE_TH_ERRORS
+    const at::Tensor &t = THPVariable_Unpack(like);
+    at::Tensor made = at::empty(t.sizes(), t.options());
+    *address = reinterpret_cast<int64_t>(made.data_ptr());
+    return THPVariable_Wrap(std::move(made));
+    END_HANDLE_TH_ERRORS
 }
 
 const NpuopsTorchFast api = {NPUOPS_TORCH_FAST_VERSION, grad_enabled, tensor_key, requires_grad, contiguous_address, empty_like};

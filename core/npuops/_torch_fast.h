@@ -12,7 +12,7 @@
 typedef struct {
     int version;
     int (*grad_enabled)(void);
-    /* The tensor's key (bytes: dims, sizes, strides with by_layout, dtype, device); NULL on error. */
+    /* The tensor's key (bytes: dims, sizes, strides with by_layout, layout, dtype, device); NULL on error. */
     PyObject *(*tensor_key)(PyObject *tensor, int by_layout);
     int (*requires_grad)(PyObject *tensor);
     /* 1 and *address: the tensor is contiguous; 0: it is not. */
