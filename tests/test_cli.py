@@ -96,3 +96,4 @@ def test_warm_without_a_gpu_says_why_in_one_line(capsys):
 def test_warm_builds_each_kernel_key_once(capsys):
     code, out, _ = run_cli(capsys, "warm", "--op", "RMSNormFwd")
     assert code == 0 and "9 of 9 workloads have our kernel" in out
+    assert "fast path reads tensors through torch's C++ objects" in out  # npuops.native built with them

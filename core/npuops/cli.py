@@ -428,6 +428,7 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
 # -- entry point -----------------------------------------------------------------------------------
 
 def cmd_warm(args: argparse.Namespace, console: Console) -> int:
+    from . import native
     from .functional import warm
     from .workload import load_workload_file
 
@@ -443,6 +444,11 @@ def cmd_warm(args: argparse.Namespace, console: Console) -> int:
     counts = warm(workloads, progress)
     console.print(f"[bold]{counts.get('with a kernel', 0)} of {len(workloads)} workloads have our kernel, "
                   f"{counts['built']} kernels built or loaded[/bold] (TileLang's cache keeps them for later processes)")
+    if counts.get("with a kernel"):
+        why = native.state["why_not"]
+        console.print("The functions' fast path reads tensors through torch's C++ objects "
+                      f"({native.library_path().parent} keeps the library for later processes)" if why is None else
+                      f"The functions' fast path reads tensors through Python's attributes: {why}", highlight=False)
     return 0
 
 
