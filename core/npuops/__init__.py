@@ -25,8 +25,8 @@ from .workload import DTYPES, Workload, dtype_name, load_catalog, load_workload_
 if TYPE_CHECKING:
     from .functional import (OpFunction, batched, coverage, define_function, drop_in, finish_builds, int_tuple,
                              reset_coverage, torch_call, unbatched)
-    from .kernels import (CPU_TARGET, EVICT_LAST_LOAD, VECTOR_BYTES, KernelSpec, compile_kernel, interleaved_vectors,
-                          kernel_implementations, launcher, load_vectors_evict_last, multiprocessors, thread_owned,
+    from .kernels import (CPU_TARGET, EVICT_LAST_LOAD, VECTOR_BYTES, KernelSpec, compile_kernel, in_order,
+                          interleaved_vectors, kernel_implementations, launcher, load_vectors_evict_last, multiprocessors, thread_owned,
                           tilelang_dtype, wide_indices)
     from .registry import load_registry
     from .results import read_results
@@ -38,7 +38,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 # Exported names loaded on first access: name -> the module defining it.
 _LAZY = {
-    **dict.fromkeys(("CPU_TARGET", "EVICT_LAST_LOAD", "VECTOR_BYTES", "KernelSpec", "compile_kernel",
+    **dict.fromkeys(("CPU_TARGET", "EVICT_LAST_LOAD", "VECTOR_BYTES", "KernelSpec", "compile_kernel", "in_order",
                      "interleaved_vectors", "kernel_implementations", "launcher", "load_vectors_evict_last",
                      "multiprocessors", "thread_owned", "tilelang_dtype", "wide_indices"), ".kernels"),
     **dict.fromkeys(("OpFunction", "batched", "coverage", "define_function", "drop_in", "finish_builds", "int_tuple",
@@ -71,8 +71,8 @@ __all__ = [
     # errors
     "NpuopsError", "PluginLoadError", "UnknownNameError", "WorkloadError",
     # TileLang kernels (npuops.kernels, loaded on first use)
-    "CPU_TARGET", "EVICT_LAST_LOAD", "VECTOR_BYTES", "KernelSpec", "compile_kernel", "interleaved_vectors",
-    "kernel_implementations", "launcher", "load_vectors_evict_last", "multiprocessors", "thread_owned",
+    "CPU_TARGET", "EVICT_LAST_LOAD", "VECTOR_BYTES", "KernelSpec", "compile_kernel", "in_order",
+    "interleaved_vectors", "kernel_implementations", "launcher", "load_vectors_evict_last", "multiprocessors", "thread_owned",
     "tilelang_dtype", "wide_indices",
     # ops as functions for model code (npuops.functional, loaded on first use) and module patching
     "OpFunction", "Patch", "batched", "coverage", "define_function", "drop_in", "finish_builds", "int_tuple", "patch",

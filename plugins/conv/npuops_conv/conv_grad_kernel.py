@@ -70,9 +70,9 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 
 import torch
-from npuops import KernelSpec, multiprocessors, tilelang_dtype
+from npuops import KernelSpec, in_order, multiprocessors, tilelang_dtype
 
-from .conv_kernel import (PARTIALS_IN_FLIGHT, ChannelsFirst, ConvLaunch, Problem, _all, _source, gemm_variants,
+from .conv_kernel import (ChannelsFirst, ConvLaunch, Problem, _all, _source, gemm_variants,
                           no_empty_split, ordered_sum, prim_func_over, store_partials, tile_allocator, tile_product,
                           too_large, zero_fill)
 from .layouts import CHANNELS_LAST
@@ -833,8 +833,7 @@ def _wgrad(q: Grad, config: ConvLaunch, emulate_gemm: bool = False) -> KernelSpe
             acc = T.alloc_fragment((bM,), F32)
             for i in T.Parallel(bM):
                 acc[i] = 0
-            # Several positions' loads in flight, not one a step (see PARTIALS_IN_FLIGHT).
-            for k in T.unroll(per_split, annotations={"pragma_unroll_factor": PARTIALS_IN_FLIGHT}):
+            for k in in_order(per_split):
                 for i in T.Parallel(bM):
                     acc[i] += _direct_product(X, dY, by * per_split + k, T.min(bx * bM + i, elements - 1))
             for i in T.Parallel(bM):
@@ -861,8 +860,7 @@ def _wgrad(q: Grad, config: ConvLaunch, emulate_gemm: bool = False) -> KernelSpe
             total = T.alloc_fragment((128,), F32)
             for j in T.Parallel(128):
                 total[j] = 0
-            # A fixed order (deterministic), several partials' loads in flight (see PARTIALS_IN_FLIGHT).
-            for s in T.unroll(ranges * BIAS_ROWS, annotations={"pragma_unroll_factor": PARTIALS_IN_FLIGHT}):
+            for s in in_order(ranges * BIAS_ROWS):  # a fixed order: deterministic
                 for j in T.Parallel(128):
                     total[j] += BWork[s, T.min(cx * 128 + j, C_out - 1)]
             for j in T.Parallel(128):

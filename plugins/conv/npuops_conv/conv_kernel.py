@@ -57,7 +57,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops import VECTOR_BYTES, KernelKey, KernelSpec, multiprocessors, tilelang_dtype
+from npuops import VECTOR_BYTES, KernelKey, KernelSpec, in_order, multiprocessors, tilelang_dtype
 
 from .layouts import CHANNELS_LAST
 from .ops._geometry import ConvGeometry
@@ -67,7 +67,6 @@ MIN_GEMM_COLUMNS = 16  # output channels per group below which the direct kernel
 DIRECT_OUTPUTS = 1024  # outputs a direct-kernel block computes
 DIRECT_THREADS = 256
 REDUCE_ELEMENTS = 2048  # outputs a split-K reduction block sums
-PARTIALS_IN_FLIGHT = 8  # partials of an output a reduction thread loads before it adds them (an unroll)
 SPLIT_K_MIN_TILES = 32  # K tiles a GEMM needs before the default splits K (K >= 2048 at 64-wide tiles)
 SPLIT_K_VARIANT_MIN_TILES = 16  # ... before the launch variants offer split-K
 SPLIT_K_TILES_PER_SPLIT = 8  # ... and at least this many K tiles each split keeps
@@ -566,9 +565,7 @@ def ordered_sum(splits: int, rows, cols: int, finish, channels_first: ChannelsFi
             total = T.alloc_fragment((r_rows, r_cols), F32)
             for i, j in T.Parallel(r_rows, r_cols):  # not T.clear: the CPU target fills no fragment
                 total[i, j] = 0
-            # A fixed order: deterministic. Eight partials' loads in flight, not one: a wgrad's 88
-            # partials of 288 weights took about 11 µs read one after another.
-            for s in T.unroll(splits, annotations={"pragma_unroll_factor": PARTIALS_IN_FLIGHT}):
+            for s in in_order(splits):  # a fixed order: deterministic
                 for i, j in T.Parallel(r_rows, r_cols):
                     total[i, j] += T.if_then_else(
                         cy * r_rows + i < rows and cx * r_cols + j < cols,

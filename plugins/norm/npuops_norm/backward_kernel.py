@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from npuops import (VECTOR_BYTES, compile_kernel, interleaved_vectors, launcher, multiprocessors, thread_owned,
-                    tilelang_dtype)
+from npuops import (VECTOR_BYTES, compile_kernel, in_order, interleaved_vectors, launcher, multiprocessors,
+                    thread_owned, tilelang_dtype)
 
 from .block_reduce import tree_reducer
 
@@ -201,7 +201,7 @@ def columns_kernel(slots: int, blocks: int, hidden: int, dtype: torch.dtype, thr
             acc = T.alloc_fragment((threads,), F32)
             for t in T.Parallel(threads):
                 acc[t] = 0.0
-                for p in T.serial(blocks):
+                for p in in_order(blocks):
                     acc[t] += P[s, p, T.min(bx * threads + t, hidden - 1)]
                 if bx * threads + t < hidden:
                     G[s, bx * threads + t] = T.Cast(dt, acc[t])
