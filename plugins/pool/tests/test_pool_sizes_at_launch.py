@@ -199,7 +199,8 @@ def test_launch_classes_and_variants():
     assert launch((32, 64, 112, 112), "f32")["vector"] == 4
     w = make_workload("MaxPool2dFwd", (32, 64, 112, 112), "bf16", **STEM)
     kernels = [v["kernel"] for v in op.tilelang_variants(w)]
-    assert kernels[:3] == ["sizes_at_launch"] * 3 and "vectors" in kernels and "window" in kernels
+    assert kernels[:4] == ["sizes_at_launch"] * 4 and "vectors" in kernels and "window" in kernels
+    assert {"kernel": "sizes_at_launch", "threads": 256, "groups": 4} in op.tilelang_variants(w)  # half the blocks
     # The per-shape kernels keep their own keys: the shape is in them.
     vectors = next(v for v in op.tilelang_variants(w) if v["kernel"] == "vectors")
     from npuops_pool.pool_kernel import kernel_key
