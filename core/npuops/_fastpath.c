@@ -9,7 +9,11 @@
  * A Launch calls a kernel's host entry point (TileLang's `call`: the tensors' addresses, the
  * launch sizes, the stream) through a function pointer with every argument passed as a 64-bit
  * integer: on the x86-64 and AArch64 Linux ABIs, pointer and 32- or 64-bit integer arguments
- * take the same registers and 8-byte stack slots, so that call is the one ctypes would make. */
+ * take the same registers and 8-byte stack slots, so that call is the one ctypes would make.
+ *
+ * Tensors are read through Python's attributes (shape, dtype, device, is_contiguous(), data_ptr(),
+ * empty_like()) until accelerate() gives the table of npuops._torch_fast, which reads them from
+ * torch's C++ objects (see npuops.native). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -96,7 +100,6 @@ static PyObject *sequence_key(PyObject *value) {
     return key;
 }
 
-/* The key of a call with these values (Py_None: a tensor that needs a gradient; NULL: an error). */
 static int grad_enabled(void) {
     if (fast_api) return fast_api->grad_enabled();
     PyObject *flag = PyObject_CallNoArgs(is_grad_enabled);
@@ -115,6 +118,7 @@ static int requires_grad(PyObject *tensor) {
     return needs;
 }
 
+/* The key of a call with these values (Py_None: a tensor that needs a gradient; NULL: an error). */
 static PyObject *make_signature(PyObject *values, PyObject *kwargs, int by_layout) {
     int grad = grad_enabled();
     if (grad < 0) return NULL;
