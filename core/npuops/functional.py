@@ -46,9 +46,9 @@ from typing import Any
 
 import torch
 
+from . import native
 from .data import InputRNG
 from .devices import before_graph_capture
-from . import native
 from .errors import WorkloadError
 from .impl import KernelKey
 from .kernels import VECTOR_BYTES
