@@ -121,12 +121,6 @@ def interleaved_vectors(rows: int, length: int, lanes: int, vector: int) -> Any:
                     forward_index_fn=lambda p, k: k // (vector * lanes) * vector + k % vector)
 
 
-# The kernel prelude (``T.Kernel(prelude=...)``) :func:`load_vectors_evict_last` needs: a 16-byte
-# global load whose L2 lines are evicted after all others (PTX ``evict_last``, as Triton lowers
-# ``eviction_policy="evict_last"``). Rows read once and streamed so ran 3-4% faster on the H200
-# (FusedAddRMSNorm 2048 x 16384, Triton's kernel and ours alike), presumably because the dirty
-# output lines then leave the L2 first (not measured). The lines keep that priority after the kernel, until evicted: the timing protocol resets
-# it before each iteration (docs/timing.md); in a model the next kernels find them there.
 LOADS_IN_FLIGHT = 8  # iterations of an in-order sum whose loads the compiler issues together
 
 
@@ -140,6 +134,12 @@ def in_order(extent: Any) -> Any:
     return T.unroll(extent, annotations={"pragma_unroll_factor": LOADS_IN_FLIGHT})
 
 
+# The kernel prelude (``T.Kernel(prelude=...)``) :func:`load_vectors_evict_last` needs: a 16-byte
+# global load whose L2 lines are evicted after all others (PTX ``evict_last``, as Triton lowers
+# ``eviction_policy="evict_last"``). Rows read once and streamed so ran 3-4% faster on the H200
+# (FusedAddRMSNorm 2048 x 16384, Triton's kernel and ours alike), presumably because the dirty
+# output lines then leave the L2 first (not measured). The lines keep that priority after the kernel, until evicted: the timing protocol resets
+# it before each iteration (docs/timing.md); in a model the next kernels find them there.
 EVICT_LAST_LOAD = r"""
 static __device__ __forceinline__ void npuops_load_evict_last(void* dst, const void* src) {
   unsigned long long policy;

@@ -744,8 +744,8 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
                         inside = (chunk >= 0) & (chunk < W // vector)
                         if not clamps_into_window(spec, (0, 1)):
                             inside = inside & (d >= 0) & (d < D) & (h >= 0) & (h < H)
-                        value = X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
-                                  T.max(T.min(chunk, W // vector - 1), 0) * vector + e % vector]
+                        value = X[plane, _clamped(d, D), _clamped(h, H),
+                                  _clamped(chunk, W // vector) * vector + e % vector]
                         taps[r, t, e] = T.if_then_else(inside, value, T.Cast(dt, identity))
                 for t, c in T.Parallel(block, outputs):
                     part = identity
@@ -920,9 +920,6 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
         would see the last dim overrun, is off: see pass_configs)."""
         return (0,) * rank + (offset,)
 
-    def clamped(x, n):
-        return T.max(T.min(x, n - 1), 0)
-
     positive = functools.reduce(T.And, [size > 0 for size in (planes, *ins, *outs)])
     whole_vectors = W % vector == 0
 
@@ -964,8 +961,8 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
                             inside = (d >= 0) & (d < D) & (h >= 0) & (h < H) if masks_rows else True
                             if vector > 1 or masks_cols:
                                 inside = inside & (piece >= 0) & (piece < W // vector)
-                            offset = (((T.min(bx * per_block + t // groups, planes - 1) * D + clamped(d, D)) * H
-                                       + clamped(h, H)) * (W // vector) + clamped(piece, W // vector))
+                            offset = (((T.min(bx * per_block + t // groups, planes - 1) * D + _clamped(d, D)) * H
+                                       + _clamped(h, H)) * (W // vector) + _clamped(piece, W // vector))
                             for e in T.vectorized(vector):
                                 value = X[element(offset * vector + e)]
                                 taps[r, t, c * vector + e] = value if inside is True else T.if_then_else(
@@ -1004,6 +1001,13 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
         pass_configs={"tl.disable_safe_memory_legalize": True},
         derived=derived,
     )
+
+
+def _clamped(x, n):
+    """``x`` clamped into [0, n): an index every load may take, whatever masks its value after."""
+    import tilelang.language as T
+
+    return T.max(T.min(x, n - 1), 0)
 
 
 def _window_taps(spec: Pooling) -> tuple[tuple[int, int, int], ...]:
@@ -1053,6 +1057,12 @@ class _Windows:
             ends.append(((o + 1) * n + m - 1) // m if self.spec.adaptive else n)
         return tuple(firsts), tuple(ends)
 
+    def clamped_tap(self, X, plane, d, h, w):
+        """X's element at (d, h, w) clamped into the input: a load every tap may issue, whatever
+        masks it after."""
+        (D, H, W) = self.ins
+        return X[plane, _clamped(d, D), _clamped(h, H), _clamped(w, W)]
+
     def result(self, acc, firsts, ends):
         """The window's output from its max or sum ``acc`` (see :func:`_result`)."""
         return _result(self.spec, acc, firsts, ends, self.taps, self.ins, self.padding)
@@ -1101,8 +1111,7 @@ def split_window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torc
                     d = d0 + tap // (kH * kW) * dD
                     h = h0 + tap // kW % kH * dH
                     w = w0 + tap % kW * dW
-                    v = T.Cast(at, X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
-                                     T.max(T.min(w, W - 1), 0)])
+                    v = T.Cast(at, view.clamped_tap(X, plane, d, h, w))
                     inside = ((tap < kD * kH * kW) & (d >= 0) & (d < d_end) & (h >= 0) & (h < h_end)
                               & (w >= 0) & (w < w_end))
                     acc = T.if_then_else(inside, _accumulate(spec, acc, v, at), acc)
@@ -1157,8 +1166,7 @@ def window_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtyp
                             h = h0 + j * dH
                             w = w0 + k * dW
                             if predicated:
-                                v = T.Cast(at, X[plane, T.max(T.min(d, D - 1), 0), T.max(T.min(h, H - 1), 0),
-                                                  T.max(T.min(w, W - 1), 0)])
+                                v = T.Cast(at, view.clamped_tap(X, plane, d, h, w))
                                 if clamps_into_window(spec, (0, 1, 2)):
                                     acc = _accumulate(spec, acc, v, at)
                                 else:
