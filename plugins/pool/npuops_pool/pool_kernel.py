@@ -14,7 +14,10 @@ stall on a build at every new image size. The ``"sizes_at_launch"`` kernel takes
 so no thread divides by one (dividing flat indices by the sizes, in 64 bits, ran 2-8x slower on
 the H100). What its code still takes from the sizes is a class of them, in the key:
 rows of whole 16-byte vectors or not (vector loads or a load a tap), indices past int32, and the
-tile (fewer planes than a block takes). It computes its element offsets in 32 bits (TileLang makes
+tile (fewer planes than a block takes). Rows not of whole vectors whose outputs fit one wave
+take a thread an output instead, counted flat (it divides its index by the sizes in 32 bits:
+a few instructions, where the row tiles' grid idled a quarter of its threads and ran a second
+wave: :func:`fits_one_wave`). It computes its element offsets in 32 bits (TileLang makes
 an index it cannot bound 64-bit, clamps and all): ``scripts/pool-kernel-code.py`` compares the
 generated code with the per-shape kernels' (about 10% more SASS instructions a thread for max
 pools, up to 23% for averages, which count their windows at run time),
@@ -182,7 +185,8 @@ def default_tile(spec: Pooling, dtype: torch.dtype, outputs: int = OUTPUTS_PER_B
 def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, kernel: str | None = None,
                 threads: int | None = None, rows: int | None = None, cols: int | None = None,
                 predicated: bool = False, outputs: int | None = None, staged: bool = True,
-                lanes: int | None = None, march: int = 1, groups: int | None = None) -> KernelSpec:
+                lanes: int | None = None, march: int = 1, groups: int | None = None,
+                flat: bool | None = None) -> KernelSpec:
     """The kernel for ``spec``: the default's, or the one a launch config from
     :func:`launch_variants` names (``rows`` x ``cols`` is the tile of a "rows" kernel)."""
     if kernel is None:
@@ -191,7 +195,8 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
         problem = sized_unsupported(spec, input_shape, dtype)
         if problem:
             raise ValueError(f"the {SIZES_AT_LAUNCH} kernel does not take {spec}: {problem}")
-        return sizes_at_launch_kernel(spec, dtype, sized_launch(spec, input_shape, dtype, threads, groups, outputs))
+        launch = sized_launch(spec, input_shape, dtype, threads, groups, outputs, flat)
+        return (flat_sizes_at_launch_kernel if launch["flat"] else sizes_at_launch_kernel)(spec, dtype, launch)
     if kernel == "planes":
         return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK, staged)
     if kernel == "lanes":
@@ -216,9 +221,9 @@ def kernel_key(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, 
     config = config or launch_variants(spec, input_shape, dtype)[0]
     if config["kernel"] == SIZES_AT_LAUNCH:
         launch = sized_launch(spec, input_shape, dtype, config.get("threads"), config.get("groups"),
-                              config.get("outputs"))
+                              config.get("outputs"), config.get("flat"))
         return KernelKey((unsized(spec), dtype, launch["vector"], launch["wide"]),
-                         (launch["threads"], launch["groups"], launch["outputs"]))
+                         (launch["threads"], launch["groups"], launch["outputs"], launch["flat"]))
     return KernelKey((spec, tuple(input_shape), dtype), tuple(sorted(config.items())))
 
 
@@ -782,6 +787,7 @@ SIZE_NAMES = ("D", "H", "W")  # the input's spatial sizes (3-d view) as the kern
 OUT_NAMES = ("oD", "oH", "oW")
 GRID_YZ_LIMIT = 65535  # CUDA's limit on gridDim.y and gridDim.z
 BLOCK_SMALL = 128  # threads per block, as the vectors kernel's default launch
+RESIDENT_THREADS = 2048  # threads an SM holds at once (sm_80, sm_90)
 # Threads a block puts along an output row (``groups``), each taking ``outputs`` adjacent outputs;
 # the block's other threads take further planes. Rows of whole vectors: four threads of four or
 # more outputs, 16-byte loads, so that a warp reads runs of 64 contiguous bytes and a column tile
@@ -815,14 +821,22 @@ def held_taps(spec: Pooling, vector: int, outputs: int) -> int:
 
 
 def sized_launch(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, threads: int | None = None,
-                 groups: int | None = None, outputs: int | None = None) -> dict:
+                 groups: int | None = None, outputs: int | None = None, flat: bool | None = None) -> dict:
     """The sizes-at-launch kernel's launch for a workload: the config (``threads``, ``groups``
-    along an output row, ``outputs`` a thread) and the decisions its code takes from the sizes,
-    each a class of them: ``vector``, the elements a load takes (16 bytes where rows are whole
-    vectors, else 1), and ``wide``, whether indices need 64 bits."""
+    along an output row, ``outputs`` a thread, or ``flat``: a thread an output, counted flat) and
+    the decisions its code takes from the sizes, each a class of them: ``vector``, the elements a
+    load takes (16 bytes where rows are whole vectors, else 1), ``wide``, whether indices need 64
+    bits, and by default ``flat`` where rows are not whole vectors and the outputs fit one wave
+    (:func:`fits_one_wave`)."""
     vector = VECTOR_BYTES // dtype.itemsize
     if spec.spatial_in[-1] % vector:
         vector = 1
+    wide = wide_indices(input_shape) or wide_indices((*input_shape[:2], *spec.spatial_out))
+    if flat is None:
+        flat = vector == 1 and groups is None and fits_one_wave(math.prod((*input_shape[:2], *spec.spatial_out)))
+    if flat:
+        return {"kernel": SIZES_AT_LAUNCH, "threads": threads or BLOCK, "groups": None, "outputs": 1, "vector": 1,
+                "wide": wide, "flat": True}
     # Outputs a thread: their first taps must be whole vectors apart (a multiple of ``step``);
     # four or so, unless their taps would crowd the registers (long windows, large strides).
     step = vector // math.gcd(vector, _sliding(spec)[1][2])
@@ -837,9 +851,17 @@ def sized_launch(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
     if outputs % step or threads % groups:
         raise ValueError(f"outputs must be a multiple of {step} and groups a divisor of threads ({threads}), "
                          f"got {outputs} and {groups}")
-    wide = wide_indices(input_shape) or wide_indices((*input_shape[:2], *spec.spatial_out))
     return {"kernel": SIZES_AT_LAUNCH, "threads": threads, "groups": groups, "outputs": outputs, "vector": vector,
-            "wide": wide}
+            "wide": wide, "flat": False}
+
+
+def fits_one_wave(outputs: int) -> bool:
+    """Whether a thread an output fills the GPU's SMs at most once (2048 threads each). There the
+    row tiles' grid loses twice: a column tile mostly past the row's end idles its threads (16
+    wide on 35 outputs: a quarter of them), and the spare blocks make a second wave. AvgPool2d of
+    192 planes of 35 x 35, 3 x 3: 2520 blocks of 128 threads ran 3.9 µs, a thread an output
+    (919 blocks of 256, built for the shape) 2.1 (H100)."""
+    return outputs <= multiprocessors() * RESIDENT_THREADS
 
 
 def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> str | None:
@@ -850,7 +872,7 @@ def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.
     if spec.adaptive or covers_whole_input(spec):
         return "adaptive and whole-input windows take kernels of their own"
     oD, oH, oW = _as_3d(spec.spatial_out, 1)
-    launch = sized_launch(spec, input_shape, dtype)
+    launch = sized_launch(spec, input_shape, dtype, flat=False)
     if held_taps(spec, launch["vector"], launch["outputs"]) > TAPS_PER_THREAD:
         return f"a thread's taps of a depth slice would take more than {TAPS_PER_THREAD} registers"
     narrowest = min(ROW_GROUPS.values()) * launch["outputs"]
@@ -862,16 +884,61 @@ def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.
 
 def sized_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> list[dict]:
     """The sizes-at-launch kernel's launch configs, its default first (none: it does not take
-    the workload): both row classes, whichever the planes would pick."""
+    the workload): both row classes, whichever the planes would pick, and where rows are not
+    whole vectors, a thread an output counted flat."""
     if sized_unsupported(spec, input_shape, dtype):
         return []
-    first = sized_launch(spec, input_shape, dtype)["groups"]
-    # Twice the planes a block too: small images make thousands of 128-thread blocks (AvgPool2d of
-    # 192 planes of 35 x 35, 3 x 3: 2520, where the per-shape window kernel's 919 blocks of 256 ran
-    # 2.1 µs against 3.9 on the H100).
-    return [{"kernel": SIZES_AT_LAUNCH, "threads": BLOCK_SMALL, "groups": g}
-            for g in dict.fromkeys((first, *ROW_GROUPS.values(), FEW_PLANES_GROUPS))] + [
+    default = sized_launch(spec, input_shape, dtype)
+    first = sized_launch(spec, input_shape, dtype, flat=False)["groups"]
+    # Twice the planes a block too: small images make thousands of 128-thread blocks.
+    tiles = [{"kernel": SIZES_AT_LAUNCH, "threads": BLOCK_SMALL, "groups": g}
+             for g in dict.fromkeys((first, *ROW_GROUPS.values(), FEW_PLANES_GROUPS))] + [
         {"kernel": SIZES_AT_LAUNCH, "threads": 2 * BLOCK_SMALL, "groups": first}]
+    flat = [{"kernel": SIZES_AT_LAUNCH, "threads": t, "flat": True} for t in (BLOCK, BLOCK_SMALL)
+            ] if default["vector"] == 1 else []
+    return flat + tiles if default["flat"] else tiles + flat
+
+
+def _sized_sizes(spec: Pooling, launch: dict):
+    """The sizes a sizes-at-launch kernel takes at launch (``T.dynamic``, of the launch's index
+    type): the planes, the input's spatial sizes, the output's."""
+    import tilelang.language as T
+
+    rank = len(spec.spatial_in)
+    index = "int64" if launch["wide"] else "int32"
+    return (T.dynamic("planes", index), tuple(T.dynamic(name, index) for name in SIZE_NAMES[3 - rank:]),
+            tuple(T.dynamic(name, index) for name in OUT_NAMES[3 - rank:]))
+
+
+def _sized_kernel_spec(main, spec: Pooling, dtype: torch.dtype, config: dict) -> KernelSpec:
+    """The KernelSpec of a sizes-at-launch kernel ``main`` (its X and Y shaped by
+    :func:`_sized_sizes`): the output's sizes derived from the input's at launch."""
+    rank = len(spec.spatial_in)
+    in_names, out_names = SIZE_NAMES[3 - rank:], OUT_NAMES[3 - rank:]
+
+    def derived(given):
+        return dict(zip(out_names, output_sizes(spec, [given[n] for n in in_names]), strict=True))
+
+    return KernelSpec(
+        main,
+        (("input", ("planes", *in_names)), ("output", ("planes", *out_names))),
+        {"output": dtype},
+        (("output", (..., *out_names)),),
+        config,
+        # Loads and stores index their tensors flat (see _flat_element) at offsets clamped into
+        # them: TileLang's bounds guard would take the last dim's overrun for out of bounds (a
+        # build without these configs computes wrong results) and, where it cannot prove an index
+        # in bounds, add a branch a tap.
+        pass_configs={"tl.disable_safe_memory_legalize": True},
+        derived=derived,
+    )
+
+
+def _flat_element(rank: int, offset):
+    """The index of a tensor's element ``offset``, counted flat: in the last dim, the others 0,
+    which TileLang flattens to ``offset`` as it is (its bounds guard, which would see the last dim
+    overrun, is off: see :func:`_sized_kernel_spec`)."""
+    return (0,) * rank + (offset,)
 
 
 def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> KernelSpec:
@@ -895,9 +962,7 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     dt, at = tilelang_dtype(dtype), accumulator_dtype(spec, dtype)
     rank = len(spec.spatial_in)
     index = "int64" if launch["wide"] else "int32"
-    planes = T.dynamic("planes", index)
-    ins = tuple(T.dynamic(name, index) for name in SIZE_NAMES[3 - rank:])
-    outs = tuple(T.dynamic(name, index) for name in OUT_NAMES[3 - rank:])
+    planes, ins, outs = _sized_sizes(spec, launch)
     sizes = D, H, W = _as_3d(ins, 1)
     oD, oH, oW = _as_3d(outs, 1)
     taps_, stride, padding, dilation = _sliding(spec)
@@ -913,12 +978,6 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     def tap(o, dim, k=0):
         """Input position along ``dim`` (0: depth, 1: height, 2: width) of tap k of output o's window."""
         return o * stride[dim] - padding[dim] + k * dilation[dim]
-
-    def element(offset):
-        """The index of the input's (or output's) element ``offset``, counted flat: in the last dim,
-        the others 0, which TileLang flattens to ``offset`` as it is (its bounds guard, which
-        would see the last dim overrun, is off: see pass_configs)."""
-        return (0,) * rank + (offset,)
 
     positive = functools.reduce(T.And, [size > 0 for size in (planes, *ins, *outs)])
     whole_vectors = W % vector == 0
@@ -964,7 +1023,7 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
                             offset = (((T.min(bx * per_block + t // groups, planes - 1) * D + _clamped(d, D)) * H
                                        + _clamped(h, H)) * (W // vector) + _clamped(piece, W // vector))
                             for e in T.vectorized(vector):
-                                value = X[element(offset * vector + e)]
+                                value = X[_flat_element(rank, offset * vector + e)]
                                 taps[r, t, c * vector + e] = value if inside is True else T.if_then_else(
                                     inside, value, T.Cast(dt, identity))
                     for t, c in T.Parallel(block, outputs):
@@ -981,26 +1040,69 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
                     ow = (tile * groups + t % groups) * outputs + c
                     if bx * per_block + t // groups < planes and ow < oW:
                         offset = (((bx * per_block + t // groups) * oD + od) * oH + oh) * oW + ow
-                        Y[element(offset)] = result[t, c]
+                        Y[_flat_element(rank, offset)] = result[t, c]
 
-    in_names, out_names = SIZE_NAMES[3 - rank:], OUT_NAMES[3 - rank:]
+    return _sized_kernel_spec(main, spec, dtype, {**launch, "span": span})
 
-    def derived(given):
-        return dict(zip(out_names, output_sizes(spec, [given[n] for n in in_names]), strict=True))
 
-    return KernelSpec(
-        main,
-        (("input", ("planes", *in_names)), ("output", ("planes", *out_names))),
-        {"output": dtype},
-        (("output", (..., *out_names)),),
-        {**launch, "span": span},
-        # Loads and stores index their tensors flat (see element) at offsets clamped into them:
-        # TileLang's bounds guard would take the last dim's overrun for out of bounds (a build
-        # without these configs computes wrong results) and, where it cannot prove an index in
-        # bounds, add a branch a tap.
-        pass_configs={"tl.disable_safe_memory_legalize": True},
-        derived=derived,
-    )
+def flat_sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> KernelSpec:
+    """Sliding windows over rows that are not whole vectors, one build for every size of a launch
+    class, a thread an output counted flat (as the per-shape window kernel, predicated): it
+    divides its index by the output sizes to find its window, in 32-bit variables (TileLang
+    makes an index it cannot bound 64-bit, and a 64-bit division is a call), loads every tap from
+    an address clamped into the input, all before any is used, and masks the taps outside after
+    (a max of contiguous taps needs no mask: the nearest element is in its window already).
+    Where the outputs fit one wave (:func:`fits_one_wave`) this fills the SMs without the row
+    tiles' idle columns and second wave."""
+    import tilelang.language as T
+
+    spec = unsized(spec)
+    dt, at = tilelang_dtype(dtype), accumulator_dtype(spec, dtype)
+    rank = len(spec.spatial_in)
+    index = "int64" if launch["wide"] else "int32"
+    planes, ins, outs = _sized_sizes(spec, launch)
+    sizes = D, H, W = _as_3d(ins, 1)
+    oD, oH, oW = _as_3d(outs, 1)
+    taps_, stride, padding, dilation = _sliding(spec)
+    (kD, kH, kW) = taps_
+    block = launch["threads"]
+    total = planes * oD * oH * oW
+    identity = _identity(spec, at)
+    masks = not clamps_into_window(spec, (0, 1, 2))
+    positive = functools.reduce(T.And, [size > 0 for size in (planes, *ins, *outs)])
+
+    @T.prim_func
+    def main(X: T.Tensor((planes, *ins), dt), Y: T.Tensor((planes, *outs), dt)):
+        with T.Kernel(T.ceildiv(total, block), threads=block, prelude=prelude(spec)) as bx:
+            T.evaluate(T.assume(positive))
+            idx, rest, offset = T.alloc_var(index), T.alloc_var(index), T.alloc_var(index)
+            od, oh, ow, plane = (T.alloc_var(index) for _ in range(4))
+            acc, v = T.alloc_var(at), T.alloc_var(at)  # v: a tap, cast once
+            for t in T.Parallel(block):
+                # The last block's spare threads compute the last output again and store nothing.
+                # Truncating division: the index is not negative, which floor division would test.
+                idx = T.min(bx * block + t, total - 1)
+                ow = T.truncmod(idx, oW)
+                rest = T.truncdiv(idx, oW)
+                oh = T.truncmod(rest, oH)
+                rest = T.truncdiv(rest, oH)
+                od = T.truncmod(rest, oD)
+                plane = T.truncdiv(rest, oD)
+                starts = tuple(o * s - p for o, s, p in zip((od, oh, ow), stride, padding, strict=True))
+                acc = identity
+                for i, j, k in T.grid(kD, kH, kW):  # unrolled by nvcc: every load issued before the sums
+                    d, h, w = (s + tap * dl for s, tap, dl in zip(starts, (i, j, k), dilation, strict=True))
+                    offset = ((plane * D + _clamped(d, D)) * H + _clamped(h, H)) * W + _clamped(w, W)
+                    v = T.Cast(at, X[_flat_element(rank, offset)])
+                    if masks:
+                        inside = (d >= 0) & (d < D) & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+                        acc = T.if_then_else(inside, _accumulate(spec, acc, v, at), acc)
+                    else:
+                        acc = _accumulate(spec, acc, v, at)
+                if bx * block + t < total:
+                    Y[_flat_element(rank, idx)] = T.Cast(dt, _result(spec, acc, starts, sizes, taps_, sizes, padding))
+
+    return _sized_kernel_spec(main, spec, dtype, dict(launch))
 
 
 def _clamped(x, n):

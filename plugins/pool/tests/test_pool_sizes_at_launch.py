@@ -143,25 +143,35 @@ SHARED_BUILDS = [
 ]
 
 
+@pytest.mark.parametrize("flat", [None, False], ids=["default", "row-tiles"])
 @pytest.mark.parametrize("op_name,params", SHARED_BUILDS)
-def test_one_build_serves_every_size_of_its_key_on_the_cpu_target(op_name, params):
-    """Each key's build, compiled once for the CPU target, computes every workload of that key."""
-    from npuops_pool.pool_kernel import pool_kernel
+def test_one_build_serves_every_size_of_its_key_on_the_cpu_target(op_name, params, flat):
+    """Each key's build, compiled once for the CPU target, computes every workload of that key:
+    by default rows of whole vectors take row tiles (two plane classes), the other rows (these
+    sizes fit one wave) a thread an output counted flat; with row tiles for all, two row classes
+    x two plane classes."""
+    from npuops_pool.pool_kernel import kernel_key, pool_kernel
 
     op = REGISTRY.op(op_name)
     built, served = {}, {}
     shapes = [(*planes, *spatial) for planes in PLANES for spatial in SPATIAL[dims_of(op_name)]]
     for seed, shape in enumerate(shapes):
         w = make_workload(op_name, shape, "f32", **params)
-        key = op.kernel_key(w)
+        spec_of_w = (op.pooling(w), w.shapes["input"], torch.float32)
+        config = {"kernel": "sizes_at_launch", "flat": flat}
+        key = kernel_key(*spec_of_w, **config)
         if key not in built:
-            spec = pool_kernel(op.pooling(w), w.shapes["input"], torch.float32)
-            assert spec.config["kernel"] == "sizes_at_launch"
+            spec = pool_kernel(*spec_of_w, **config)
+            assert spec.config["flat"] == (flat is None and spec.config["vector"] == 1)
             built[key] = spec.bind(compile_kernel(spec.prim_func, pass_configs=spec.pass_configs, target=CPU_TARGET), torch.device("cpu"))
         result = check(op, w, built[key], CPUDevice(), seed=seed)
         assert result.ok, (shape, result.detail)
         served[key] = served.get(key, 0) + 1
-    assert len(built) == 4 and set(served.values()) == {2}  # two row classes x two plane classes
+    if flat is None:
+        assert op.kernel_key(w) in built  # the default launch's key is among them
+        assert sorted(served.values()) == [2, 2, 4]
+    else:
+        assert len(built) == 4 and set(served.values()) == {2}
 
 
 @pytest.mark.parametrize("op_name,params", [("MaxPool2dFwd", STEM), ("MaxPool3dFwd", dict(kernel_size=2, stride=1))])
@@ -195,7 +205,13 @@ def test_launch_classes_and_variants():
 
     assert {k: launch((32, 64, 112, 112))[k] for k in ("vector", "groups", "outputs")} == {"vector": 8, "groups": 4, "outputs": 4}
     assert {k: launch((32, 64, 111, 111))[k] for k in ("vector", "groups", "outputs")} == {"vector": 1, "groups": 16, "outputs": 1}
-    assert launch((1, 3, 112, 112))["groups"] == 32 and launch((1, 3, 111, 111))["groups"] == 32
+    assert launch((1, 3, 112, 112))["groups"] == 32 and not launch((1, 3, 112, 112))["flat"]
+    # Rows not of whole vectors whose outputs fit one wave: a thread an output, counted flat.
+    assert launch((1, 3, 111, 111))["flat"] and not launch((32, 64, 111, 111))["flat"]
+    small = make_workload("MaxPool2dFwd", (1, 3, 111, 111), "bf16", **STEM)
+    variants = op.tilelang_variants(small)
+    assert variants[0] == {"kernel": "sizes_at_launch", "threads": 256, "flat": True}
+    assert {"kernel": "sizes_at_launch", "threads": 128, "groups": 32} in variants  # the row tiles stay variants
     assert launch((32, 64, 112, 112), "f32")["vector"] == 4
     w = make_workload("MaxPool2dFwd", (32, 64, 112, 112), "bf16", **STEM)
     kernels = [v["kernel"] for v in op.tilelang_variants(w)]
@@ -227,10 +243,12 @@ SIZE_DIVISION = re.compile(r"[/%]\s*\(*(\(int64_t\))?\(*(planes|D|H|W|oD|oH|oW)\
 
 
 def test_catalog_workloads_compile_for_sm90a_with_no_division_by_a_size():
-    """Every catalog workload's default build (one per key), as the GPU builds it."""
+    """Every catalog workload's default build (one per key), as the GPU builds it: the row tiles
+    divide by no size; a thread an output counted flat divides its index by the output sizes, in
+    32 bits."""
     from npuops_pool.pool_kernel import pool_kernel
 
-    seen = set()
+    seen, flat = set(), set()
     for op_name in sorted(name for name, op in REGISTRY.ops.items() if op.family == "pool"):
         op = REGISTRY.op(op_name)
         for w in op.workloads:
@@ -242,7 +260,12 @@ def test_catalog_workloads_compile_for_sm90a_with_no_division_by_a_size():
             assert "__global__" in source, (op_name, w.id)
             if spec.config["kernel"] == "sizes_at_launch":
                 body = source[source.index("__launch_bounds__"):]
-                assert not SIZE_DIVISION.search(body), (op_name, w.id, SIZE_DIVISION.search(body))
+                if spec.config["flat"]:
+                    assert SIZE_DIVISION.search(body) and "int64_t" not in body, (op_name, w.id)
+                else:
+                    assert not SIZE_DIVISION.search(body), (op_name, w.id, SIZE_DIVISION.search(body))
+                flat.add(spec.config["flat"])
+    assert flat == {True, False}
 
 
 def test_rows_of_whole_vectors_load_16_bytes_at_once_on_sm90a():
