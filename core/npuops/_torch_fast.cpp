@@ -7,8 +7,11 @@
  * them, their hashes) and its output (torch.empty_like's argument parsing) took about half of the
  * ~3.4 us its fast path cost in all, on a CPU host, where torch's own avg_pool2d took less. */
 #include <Python.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/SmallVector.h>
 
 #include "_torch_fast.h"
 
@@ -17,7 +20,8 @@ namespace {
 /* Each entry point turns a C++ exception (a sparse tensor's strides, an allocation that fails) into
  * the Python exception torch raises for it (HANDLE_TH_ERRORS): none may cross into C. */
 
-int grad_enabled(void) { return at::GradMode::is_enabled(); }
+/* c10's, which ATen aliases in headers that not every torch release includes here (2.11 does not). */
+int grad_enabled(void) { return c10::GradMode::is_enabled(); }
 
 /* The key of a plain tensor (the caller checked its type): bytes of its dims, sizes (and strides,
  * by_layout), layout, dtype and device, compared and hashed as bytes. */

@@ -884,8 +884,8 @@ def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.
 
 def sized_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> list[dict]:
     """The sizes-at-launch kernel's launch configs, its default first (none: it does not take
-    the workload): both row classes, whichever the planes would pick, and where rows are not
-    whole vectors, a thread an output counted flat."""
+    the workload): both row classes, whichever the planes would pick, and a thread an output
+    counted flat."""
     if sized_unsupported(spec, input_shape, dtype):
         return []
     default = sized_launch(spec, input_shape, dtype)
@@ -894,8 +894,7 @@ def sized_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
     tiles = [{"kernel": SIZES_AT_LAUNCH, "threads": BLOCK_SMALL, "groups": g}
              for g in dict.fromkeys((first, *ROW_GROUPS.values(), FEW_PLANES_GROUPS))] + [
         {"kernel": SIZES_AT_LAUNCH, "threads": 2 * BLOCK_SMALL, "groups": first}]
-    flat = [{"kernel": SIZES_AT_LAUNCH, "threads": t, "flat": True} for t in (BLOCK, BLOCK_SMALL)
-            ] if default["vector"] == 1 else []
+    flat = [{"kernel": SIZES_AT_LAUNCH, "threads": t, "flat": True} for t in (BLOCK, BLOCK_SMALL)]
     return flat + tiles if default["flat"] else tiles + flat
 
 
