@@ -245,9 +245,10 @@ def shape_variants(spec: Pooling, dtype: torch.dtype, planes: int | None = None)
         if not loads_planes_whole(spec, dtype):
             # Lanes of single elements first where the blocks of staged planes leave most SMs idle
             # (4 blocks of threads each walking a 169-long plane in shared memory: 4.2 µs against
-            # torch.compile's 1.7 on 512 planes, H100); after the staged planes elsewhere.
-            lanes = [{"kernel": "lanes", "threads": t} for t in (BLOCK // 2, BLOCK)] + [
-                {"kernel": "lanes", "threads": BLOCK // 2, "lanes": most // 2}] if most and most >= 4 else []
+            # torch.compile's 1.7 on 512 planes, H100); after the staged planes elsewhere. Half
+            # the lanes first: 1.50 µs against 1.55 (and 1.63 at 256 threads) there.
+            lanes = [{"kernel": "lanes", "threads": BLOCK // 2, "lanes": most // 2}] + [
+                {"kernel": "lanes", "threads": t} for t in (BLOCK // 2, BLOCK)] if most and most >= 4 else []
             return lanes + staged if _fills_few(planes, PLANES_PER_BLOCK) else staged + lanes
         # Lanes first where they apply: on an H200, 6.0 µs against 6.3-7.4 for every planes variant
         # on textcnn-global. Half the lanes, two vectors each, first of those, as torch.compile's
@@ -826,14 +827,18 @@ def sized_launch(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
     along an output row, ``outputs`` a thread, or ``flat``: a thread an output, counted flat) and
     the decisions its code takes from the sizes, each a class of them: ``vector``, the elements a
     load takes (16 bytes where rows are whole vectors, else 1), ``wide``, whether indices need 64
-    bits, and by default ``flat`` where rows are not whole vectors and the outputs fit one wave
-    (:func:`fits_one_wave`)."""
+    bits, and by default ``flat`` for averages where rows are not whole vectors and the outputs
+    fit one wave (:func:`fits_one_wave`). Max pools keep the row tiles there: their few taps a
+    thread cost less than the flat index's divisions (H100, kernel time: 4 x 32 x 33 x 47 2 x 2
+    windows 1.70 µs row tiles, 1.79 flat; a 2 x 2 x 2 3-d pool 1.73 and 1.79; a 1-d 1.65 and 1.70,
+    where averages ran faster flat: 3 x 48 x 41 x 29 5 x 3 windows 2.22 against 3.12)."""
     vector = VECTOR_BYTES // dtype.itemsize
     if spec.spatial_in[-1] % vector:
         vector = 1
     wide = wide_indices(input_shape) or wide_indices((*input_shape[:2], *spec.spatial_out))
     if flat is None:
-        flat = vector == 1 and groups is None and fits_one_wave(math.prod((*input_shape[:2], *spec.spatial_out)))
+        flat = (spec.mode == "avg" and vector == 1 and groups is None
+                and fits_one_wave(math.prod((*input_shape[:2], *spec.spatial_out))))
     if flat:
         return {"kernel": SIZES_AT_LAUNCH, "threads": threads or BLOCK, "groups": None, "outputs": 1, "vector": 1,
                 "wide": wide, "flat": True}

@@ -147,9 +147,8 @@ SHARED_BUILDS = [
 @pytest.mark.parametrize("op_name,params", SHARED_BUILDS)
 def test_one_build_serves_every_size_of_its_key_on_the_cpu_target(op_name, params, flat):
     """Each key's build, compiled once for the CPU target, computes every workload of that key:
-    by default rows of whole vectors take row tiles (two plane classes), the other rows (these
-    sizes fit one wave) a thread an output counted flat; with row tiles for all, two row classes
-    x two plane classes."""
+    row tiles, two row classes x two plane classes, and by default for averages a thread an
+    output counted flat in place of the rows that are not whole vectors (these sizes fit one wave)."""
     from npuops_pool.pool_kernel import kernel_key, pool_kernel
 
     op = REGISTRY.op(op_name)
@@ -162,13 +161,13 @@ def test_one_build_serves_every_size_of_its_key_on_the_cpu_target(op_name, param
         key = kernel_key(*spec_of_w, **config)
         if key not in built:
             spec = pool_kernel(*spec_of_w, **config)
-            assert spec.config["flat"] == (flat is None and spec.config["vector"] == 1)
+            assert spec.config["flat"] == (flat is None and op_name.startswith("Avg") and spec.config["vector"] == 1)
             built[key] = spec.bind(compile_kernel(spec.prim_func, pass_configs=spec.pass_configs, target=CPU_TARGET), torch.device("cpu"))
         result = check(op, w, built[key], CPUDevice(), seed=seed)
         assert result.ok, (shape, result.detail)
         served[key] = served.get(key, 0) + 1
-    if flat is None:
-        assert op.kernel_key(w) in built  # the default launch's key is among them
+    assert op.kernel_key(w) in built  # the default launch's key is among them
+    if flat is None and op_name.startswith("Avg"):
         assert sorted(served.values()) == [2, 2, 4]
     else:
         assert len(built) == 4 and set(served.values()) == {2}
@@ -206,12 +205,16 @@ def test_launch_classes_and_variants():
     assert {k: launch((32, 64, 112, 112))[k] for k in ("vector", "groups", "outputs")} == {"vector": 8, "groups": 4, "outputs": 4}
     assert {k: launch((32, 64, 111, 111))[k] for k in ("vector", "groups", "outputs")} == {"vector": 1, "groups": 16, "outputs": 1}
     assert launch((1, 3, 112, 112))["groups"] == 32 and not launch((1, 3, 112, 112))["flat"]
-    # Rows not of whole vectors whose outputs fit one wave: a thread an output, counted flat.
-    assert launch((1, 3, 111, 111))["flat"] and not launch((32, 64, 111, 111))["flat"]
-    small = make_workload("MaxPool2dFwd", (1, 3, 111, 111), "bf16", **STEM)
-    variants = op.tilelang_variants(small)
-    assert variants[0] == {"kernel": "sizes_at_launch", "threads": 256, "flat": True}
-    assert {"kernel": "sizes_at_launch", "threads": 128, "groups": 32} in variants  # the row tiles stay variants
+    # Averages over rows not of whole vectors whose outputs fit one wave: a thread an output,
+    # counted flat; max pools keep the row tiles, and take the flat launch as a variant.
+    assert not launch((1, 3, 111, 111))["flat"]
+    avg = REGISTRY.op("AvgPool2dFwd")
+    small, large = (make_workload("AvgPool2dFwd", shape, "bf16", **STEM) for shape in ((1, 3, 111, 111), (32, 64, 111, 111)))
+    assert avg.tilelang_variants(small)[0] == {"kernel": "sizes_at_launch", "threads": 256, "flat": True}
+    assert avg.tilelang_variants(large)[0]["kernel"] == "sizes_at_launch" and not avg.tilelang_variants(large)[0].get("flat")
+    assert {"kernel": "sizes_at_launch", "threads": 128, "groups": 32} in avg.tilelang_variants(small)  # row tiles: variants
+    assert {"kernel": "sizes_at_launch", "threads": 256, "flat": True} in op.tilelang_variants(
+        make_workload("MaxPool2dFwd", (1, 3, 111, 111), "bf16", **STEM))
     assert launch((32, 64, 112, 112), "f32")["vector"] == 4
     w = make_workload("MaxPool2dFwd", (32, 64, 112, 112), "bf16", **STEM)
     kernels = [v["kernel"] for v in op.tilelang_variants(w)]
