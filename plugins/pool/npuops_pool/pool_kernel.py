@@ -10,9 +10,9 @@ several output depths a thread (``march``) where windows overlap in depth.
 
 Sizes at launch: a kernel whose code depends on the sizes is built per shape, so a model would
 stall on a build at every new image size. The ``"sizes_at_launch"`` kernel takes them as
-``T.dynamic`` values, and its grid gives each block its plane block, output row and column tile,
-so no thread divides by one (dividing flat indices by the sizes, in 64 bits, ran 2-8x slower on
-the H100). What its code still takes from the sizes is a class of them, in the key:
+``T.dynamic`` values; each block finds its plane block, output row and column tile from its
+number (blocks numbered as memory runs), and no thread divides an element's index by a size
+(dividing flat indices by the sizes, in 64 bits, ran 2-8x slower on the H100). What its code still takes from the sizes is a class of them, in the key:
 rows of whole 16-byte vectors or not (vector loads or a load a tap), indices past int32, and the
 tile (fewer planes than a block takes). Rows not of whole vectors whose outputs fit one wave
 take a thread an output instead, counted flat (it divides its index by the sizes in 32 bits:
@@ -786,7 +786,7 @@ def vectors_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
 SIZES_AT_LAUNCH = "sizes_at_launch"
 SIZE_NAMES = ("D", "H", "W")  # the input's spatial sizes (3-d view) as the kernel takes them at launch
 OUT_NAMES = ("oD", "oH", "oW")
-GRID_YZ_LIMIT = 65535  # CUDA's limit on gridDim.y and gridDim.z
+GRID_X_LIMIT = 2**31 - 1  # CUDA's limit on gridDim.x
 BLOCK_SMALL = 128  # threads per block, as the vectors kernel's default launch
 RESIDENT_THREADS = 2048  # threads an SM holds at once (sm_80, sm_90)
 # Threads a block puts along an output row (``groups``), each taking ``outputs`` adjacent outputs;
@@ -871,9 +871,8 @@ def fits_one_wave(outputs: int) -> bool:
 
 def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> str | None:
     """Why the sizes-at-launch kernel does not take a workload (None: it does): it takes sliding
-    windows that are not the whole input, on grids within CUDA's limits: a grid row per output row,
-    a grid layer per output depth (3-d) or column tile (1-d and 2-d) of its smallest tiles, so that
-    every launch class of its key takes it."""
+    windows that are not the whole input, whose blocks (a plane block, output row and layer each,
+    of its smallest tiles, so that every launch class of its key takes it) fit CUDA's grid."""
     if spec.adaptive or covers_whole_input(spec):
         return "adaptive and whole-input windows take kernels of their own"
     oD, oH, oW = _as_3d(spec.spatial_out, 1)
@@ -882,8 +881,8 @@ def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.
         return f"a thread's taps of a depth slice would take more than {TAPS_PER_THREAD} registers"
     narrowest = min(ROW_GROUPS.values()) * launch["outputs"]
     layers = oD if len(spec.spatial_out) == 3 else -(-oW // narrowest)
-    if max(oH, layers) > GRID_YZ_LIMIT:
-        return f"output sizes {spec.spatial_out} need more than {GRID_YZ_LIMIT} grid rows or layers"
+    if -(-math.prod(input_shape[:2]) // (launch["threads"] // FEW_PLANES_GROUPS)) * oH * layers > GRID_X_LIMIT:
+        return f"output sizes {spec.spatial_out} of {math.prod(input_shape[:2])} planes need more than {GRID_X_LIMIT} blocks"
     return None
 
 
@@ -950,10 +949,13 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     planes (N * C), the input's and the output's spatial sizes come at launch (``T.dynamic``),
     the window, the dtype and the tile are built in.
 
-    The grid gives each block its coordinates, so that no thread divides by a size: x the block
-    of ``threads / groups`` planes, y the output row, z the column tile of ``groups * outputs``
-    outputs (1-d, 2-d) or the output depth (3-d, whose blocks walk their row's column tiles). A
-    thread takes ``outputs`` adjacent outputs of a row and computes them as the vectors kernel
+    A block takes ``threads / groups`` planes, an output row and a layer: the column tile of
+    ``groups * outputs`` outputs (1-d, 2-d) or the output depth (3-d, whose blocks walk their
+    row's column tiles). Blocks are numbered as memory runs (the layer fastest, the plane block
+    slowest), each dividing its number by the sizes to find them: numbered plane block first (the
+    grid's x, as this kernel had it), neighbouring blocks read planes 25 KB apart, and a 16-bit
+    stem pool of 2048 planes of 112 x 112 read its input 3-6 times over from DRAM (90 µs, the
+    per-shape vectors kernel 15). No thread divides by a size otherwise. A thread takes ``outputs`` adjacent outputs of a row and computes them as the vectors kernel
     does: per window row it loads the input its windows span into registers, 16-byte vectors
     where rows are whole vectors (``vector``: the kernel assumes the row length a multiple of it),
     a load a tap otherwise; a load past the input's edge is made from a clamped address (the
@@ -985,11 +987,11 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
 
     positive = functools.reduce(T.And, [size > 0 for size in (planes, *ins, *outs)])
     whole_vectors = W % vector == 0
+    layers = oD if rank == 3 else T.ceildiv(oW, cols)  # per output row of a plane block
 
     @T.prim_func
     def main(X: T.Tensor((planes, *ins), dt), Y: T.Tensor((planes, *outs), dt)):
-        with T.Kernel(T.ceildiv(planes, per_block), oH, oD if rank == 3 else T.ceildiv(oW, cols), threads=block,
-                      prelude=prelude(spec)) as (bx, by, bz):
+        with T.Kernel(T.ceildiv(planes, per_block) * oH * layers, threads=block, prelude=prelude(spec)) as b:
             # Known to the simplifier: positive sizes, and rows of whole vectors (vectorized loads;
             # an assumption of its own: the vectorizer does not split a conjunction).
             T.evaluate(T.assume(positive))
@@ -1007,9 +1009,20 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
             # the per-shape vectors kernel's so, 1.3x with its coordinates in 32-bit variables,
             # 1.1x with its offsets (scripts/pool-kernel-code.py).
             offset = T.alloc_var(index)
-            oh, od = by, bz if rank == 3 else 0
+            # The block's plane block, output row and layer (column tile, or 3-d the output depth),
+            # numbered as memory runs: neighbouring blocks read neighbouring input.
+            bx, oh, layer = T.alloc_var(index), T.alloc_var(index), T.alloc_var(index)
+            if rank == 3:  # b = (bx * oD + od) * oH + oh
+                oh = T.truncmod(T.Cast(index, b), oH)
+                layer = T.truncmod(T.truncdiv(T.Cast(index, b), oH), oD)
+                bx = T.truncdiv(T.Cast(index, b), oH * oD)
+            else:  # b = (bx * oH + oh) * layers + tile
+                layer = T.truncmod(T.Cast(index, b), layers)
+                oh = T.truncmod(T.truncdiv(T.Cast(index, b), layers), oH)
+                bx = T.truncdiv(T.Cast(index, b), layers * oH)
+            od = layer if rank == 3 else 0
             for step in T.serial(T.ceildiv(oW, cols) if rank == 3 else 1):
-                tile = step if rank == 3 else bz
+                tile = step if rank == 3 else layer
                 for t, c in T.Parallel(block, outputs):
                     acc[t, c] = identity
                 for i in T.unroll(kD):
