@@ -902,20 +902,23 @@ def sized_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
     return flat + tiles if default["flat"] else tiles + flat
 
 
-def _sized_sizes(spec: Pooling, launch: dict):
-    """The sizes a sizes-at-launch kernel takes at launch (``T.dynamic``, of the launch's index
-    type): the planes, the input's spatial sizes, the output's."""
+def _sized_build(spec: Pooling, dtype: torch.dtype, launch: dict):
+    """What a sizes-at-launch kernel is built from: ``spec`` without its sizes (every size of the
+    key runs this code), the element and accumulator types, the index type, and the sizes it takes
+    at launch (``T.dynamic``): the planes, the input's spatial sizes, the output's."""
     import tilelang.language as T
 
+    spec = unsized(spec)
     rank = len(spec.spatial_in)
     index = "int64" if launch["wide"] else "int32"
-    return (T.dynamic("planes", index), tuple(T.dynamic(name, index) for name in SIZE_NAMES[3 - rank:]),
-            tuple(T.dynamic(name, index) for name in OUT_NAMES[3 - rank:]))
+    sizes = (T.dynamic("planes", index), tuple(T.dynamic(name, index) for name in SIZE_NAMES[3 - rank:]),
+             tuple(T.dynamic(name, index) for name in OUT_NAMES[3 - rank:]))
+    return spec, tilelang_dtype(dtype), accumulator_dtype(spec, dtype), index, sizes
 
 
 def _sized_kernel_spec(main, spec: Pooling, dtype: torch.dtype, config: dict) -> KernelSpec:
-    """The KernelSpec of a sizes-at-launch kernel ``main`` (its X and Y shaped by
-    :func:`_sized_sizes`): the output's sizes derived from the input's at launch."""
+    """The KernelSpec of a sizes-at-launch kernel ``main`` (its X and Y shaped by the sizes of
+    :func:`_sized_build`): the output's sizes derived from the input's at launch."""
     rank = len(spec.spatial_in)
     in_names, out_names = SIZE_NAMES[3 - rank:], OUT_NAMES[3 - rank:]
 
@@ -964,11 +967,8 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     outputs one by one (the output row's length is not known to be a multiple of a vector)."""
     import tilelang.language as T
 
-    spec = unsized(spec)  # built from the geometry alone: every size of the key runs this code
-    dt, at = tilelang_dtype(dtype), accumulator_dtype(spec, dtype)
+    spec, dt, at, index, (planes, ins, outs) = _sized_build(spec, dtype, launch)
     rank = len(spec.spatial_in)
-    index = "int64" if launch["wide"] else "int32"
-    planes, ins, outs = _sized_sizes(spec, launch)
     sizes = D, H, W = _as_3d(ins, 1)
     oD, oH, oW = _as_3d(outs, 1)
     taps_, stride, padding, dilation = _sliding(spec)
@@ -1073,11 +1073,8 @@ def flat_sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict)
     tiles' idle columns and second wave."""
     import tilelang.language as T
 
-    spec = unsized(spec)
-    dt, at = tilelang_dtype(dtype), accumulator_dtype(spec, dtype)
+    spec, dt, at, index, (planes, ins, outs) = _sized_build(spec, dtype, launch)
     rank = len(spec.spatial_in)
-    index = "int64" if launch["wide"] else "int32"
-    planes, ins, outs = _sized_sizes(spec, launch)
     sizes = D, H, W = _as_3d(ins, 1)
     oD, oH, oW = _as_3d(outs, 1)
     taps_, stride, padding, dilation = _sliding(spec)
