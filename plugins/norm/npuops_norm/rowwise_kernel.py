@@ -13,6 +13,7 @@ TileLang is imported when a kernel is built, so specs load without it.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ import torch
 from npuops import (EVICT_LAST_LOAD, VECTOR_BYTES, KernelKey, KernelSpec, load_vectors_evict_last, multiprocessors,
                     tilelang_dtype, wide_indices)
 
-from .block_reduce import (block_reducer, cluster_kernel, cluster_split, exchange_barrier_initializer, exchange_slots,
+from .block_reduce import (WARP, block_reducer, cluster_kernel, cluster_split, exchange_barrier_initializer, exchange_slots,
                            group_major, group_values, moments_reducer, reduces_groups, vector_elements)
 
 F32 = "float32"
@@ -28,6 +29,11 @@ F32 = "float32"
 COMPILER_FENCE = 'static __device__ __forceinline__ void npuops_compiler_fence() { asm volatile("" ::: "memory"); }\n'
 ROUNDING_MAGIC = 12582912.0  # 1.5 * 2^23: x + it rounds x (|x| < 2^22) to an integer, half to even
 MAX_THREADS = 1024
+# Rows one warp holds whole may take several a block, a warp each (a tuning variant, not run on a
+# GPU yet): a block a row made 4096 blocks of 32 threads of Qwen's 4096 x 128 head-dim rows, 3.84
+# µs of kernel time against torch.compile's 1.92 (H100), whose Triton kernel takes several rows a
+# program.
+PACKED_ROWS = (4, 8)
 # Launch rule read off a sweep of launches on the H200: about 32
 # elements per thread was fastest or within 2% at 4096, 8192 and 16384 wide rows (1024
 # threads lost 40-80%), and asking for two blocks per SM took LayerNorm 16384 from 80 registers
@@ -337,6 +343,9 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
                      {"threads": threads * 2, "min_blocks": 1, "cluster": blocks},
                      {"threads": threads * 2, "min_blocks": 1, "cluster": blocks // 2}]
         variants = [*clustered, *({**config, "exchange_barriers": True} for config in clustered), *variants]
+    if packable(spec) and rows > FEW_ROWS and variants[0]["threads"] == WARP and hidden % WARP == 0:
+        variants += [{"threads": WARP * packed, "min_blocks": variants[0]["min_blocks"], "rows_per_block": packed}
+                     for packed in PACKED_ROWS]
     if pipelines(spec, rows, hidden):  # the rule's launch first (unpadded: its threads divide the row)
         rule = {"threads": variants[0]["threads"], "min_blocks": PIPELINED_BLOCKS_PER_SM, "pipelined": True}
         variants = [rule, *(v for v in variants if v != rule)]
@@ -369,6 +378,14 @@ def pipelinable(spec: RowNorm) -> bool:
     return stageable(spec) and not spec.residual
 
 
+def packable(spec: RowNorm) -> bool:
+    """Whether a block may take several rows (``rowwise_kernel(rows_per_block=...)``), a group of
+    whole warps each: plain rows whose operands are per column (no per-row gain, AdaLN samples or
+    int8 scales)."""
+    return (stageable(spec) and spec.quant_min_scale is None and not spec.modulated
+            and spec.stat != "l2_gain")
+
+
 def staged_bytes(spec: RowNorm, hidden: int, dtype: torch.dtype) -> int:
     """Shared memory a staged row takes (its residual's too)."""
     return hidden * dtype.itemsize * (2 if spec.residual else 1)
@@ -389,7 +406,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                    tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True,
                    staged: bool = False, chunked: bool = False, f32_row: bool | None = None,
                    pipelined: bool | None = None, evict_last: bool | None = None,
-                   exchange_barriers: bool = False) -> KernelSpec:
+                   exchange_barriers: bool = False, rows_per_block: int = 1) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
@@ -408,7 +425,9 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     :func:`pipelines` says); ``evict_last`` loads the row (and its residual) with the L2 hint of
     ``npuops.kernels.EVICT_LAST_LOAD`` (:func:`evict_lastable`; by default as :func:`evicts_last` says);
     ``exchange_barriers`` has a cluster's blocks exchange their reductions' results through an
-    mbarrier each rather than a cluster barrier each (block_reduce.cluster_sharer)."""
+    mbarrier each rather than a cluster barrier each (block_reduce.cluster_sharer);
+    ``rows_per_block`` has each block take that many rows, each as a group of whole warps
+    (:func:`packable`; ``threads`` then counts all the block's)."""
     import tilelang.language as T
 
     rule_launch = threads is None and min_blocks is None
@@ -416,12 +435,23 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     hidden = shape[-1]
     rows = math.prod(shape[:-1]) // segs
     dt = tilelang_dtype(dtype)
-    G = spec.groups if segs == 1 else segs
-    n = hidden // spec.groups  # elements of one group (or one whole segment)
+    packed = rows_per_block > 1
+    if packed:
+        if not packable(spec) or cluster not in (None, 1) or staged or chunked or pipelined:
+            raise ValueError(f"a block takes several rows of plain rows with per-column operands, one block each, "
+                             f"in registers, got {spec} with cluster={cluster}, staged={staged}, "
+                             f"chunked={chunked}, pipelined={pipelined}")
+        cluster, pipelined, threads = 1, False, threads or WARP * rows_per_block
+        if threads % (WARP * rows_per_block) or hidden % (threads // rows_per_block):
+            raise ValueError(f"{rows_per_block} rows of {hidden} over {threads} threads: each row takes whole warps "
+                             f"and whole shares of its row")
+    # A block's groups: the statistics it takes (a row's groups, its segments or the rows it packs).
+    G = rows_per_block if packed else spec.groups if segs == 1 else segs
+    n = hidden if packed else hidden // spec.groups  # elements of one group (or one whole segment)
     if cluster is None:  # the rule's split, unless the launch names its threads
         split = row_cluster(spec, shape, dtype) if threads is None else None
         cluster, threads = split or (1, threads)
-    span = hidden * segs // cluster  # elements of a row one block holds
+    span = hidden * rows_per_block if packed else hidden * segs // cluster  # elements one block holds
     if threads is None:
         threads, padded = launch_threads(span, dtype.itemsize, elements_per_thread(spec, rows, span))
     else:
@@ -457,7 +487,8 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # (made above for ``shape``'s) are the same (``row_class``); int64 indices past 2^31 elements.
     row_count = T.dynamic("rows", "int64" if wide_indices(shape) else "int32")
     # blocks (each a row, or pipelined: several)
-    grid = T.min(row_count, multiprocessors() * min_blocks) if pipelined else row_count
+    grid = (T.min(row_count, multiprocessors() * min_blocks) if pipelined
+            else T.ceildiv(row_count, rows_per_block) if packed else row_count)
     vec = vector_elements(span, threads, dtype.itemsize)
     vectors = span // (threads * vec)
     if cluster > 1 and (not plain or hidden % cluster or masked):
@@ -482,13 +513,24 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
 
     def col(g, j):
         """Column of element j of group g; clamped in bounds on padded rows (the tail is masked)."""
+        if packed:  # a group is a row
+            return j
         if cluster > 1:
             return slice_start["column"] + j
         return g * n + j if m == n else T.min(g * n + j, hidden - 1)
 
     def at(row, g, j):
-        """Index of element j of group (or segment) g of ``row`` in a row tensor."""
+        """Index of element j of group (or segment) g of ``row`` in a row tensor (packed: of
+        block ``row``'s row g, the rows past the last clamped to it)."""
+        if packed:
+            return (T.min(row * rows_per_block + g, row_count - 1), j)
         return (g, row, j) if segs > 1 else (row, col(g, j))
+
+    def stored(row, g, j):
+        """Whether element j of group g of ``row`` is stored: not in a padded row's masked tail, nor
+        in a packed block's rows past the last."""
+        kept = ([j < n] if masked else []) + ([row * rows_per_block + g < row_count] if packed else [])
+        return functools.reduce(T.And, kept) if kept else True
 
 
     def in_row(j, x):
@@ -672,7 +714,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             for g, j in T.Parallel(G, m):
                 raw[g, j] = T.Cast(dt, T.Cast(F32, raw[g, j]) + T.Cast(F32, residual(g, j)))
             for g, j in T.Parallel(G, m):
-                if not masked or j < n:
+                if stored(row, g, j):
                     R[at(row, g, j)] = raw[g, j]
         if cluster > 1:
             T.cluster_wait()  # every block of the cluster has started: the reductions may write to it
@@ -718,7 +760,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             for g, j in T.Parallel(G, m):
                 raw[g, j] = T.Cast(raw.dtype, normalized(raw, mean, stat, W, B, Shift, Scale, row, g, j))
             for g, j in T.Parallel(G, m):
-                if not masked or j < n:
+                if stored(row, g, j):
                     Y[at(row, g, j)] = T.Cast(dt, raw[g, j])
         elif absmax_with_statistic:
             q = row_fragment("int8")
@@ -834,4 +876,5 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                       {"threads": threads, "min_blocks_per_sm": min_blocks, "padded_to": padded,
                        "masked": masked, "prefetch": prefetch, "warp_reduce": own_reducer, "cluster": cluster,
                        "welford": welford, "staged": staged, "chunked": chunked, "f32_row": f32_row,
-                       "pipelined": pipelined, "evict_last": evict_last, "exchange_barriers": exchange_barriers})
+                       "pipelined": pipelined, "evict_last": evict_last, "exchange_barriers": exchange_barriers,
+                       "rows_per_block": rows_per_block})

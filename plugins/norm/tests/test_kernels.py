@@ -480,6 +480,31 @@ def test_rows_no_power_of_two_divides_offer_wider_blocks():
         assert "__global__" in compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
 
 
+def test_rows_one_warp_holds_offer_several_rows_a_block():
+    """Rows a warp holds whole (Qwen's 128-wide head-dim rows) offer blocks of 4 and 8 rows, a warp
+    each, after the rule's block a row; the rows past the last of a partial block are neither read
+    out of bounds nor stored. Not where a row takes more than a warp, nor for per-row operands."""
+    from npuops_norm.rowwise_kernel import launch_variants, rowwise_kernel
+
+    variants = launch_variants(RMS, (4096, 128), torch.bfloat16)
+    assert variants[0]["threads"] == 32 and "rows_per_block" not in variants[0]
+    packed = [v for v in variants if v.get("rows_per_block", 1) > 1]
+    assert [(v["threads"], v["rows_per_block"]) for v in packed] == [(128, 4), (256, 8)]
+    for config in packed:
+        spec = rowwise_kernel(RMS, (4099, 128), torch.bfloat16, **config)
+        assert spec.config["rows_per_block"] == config["rows_per_block"] and spec.config["warp_reduce"]
+        source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+        per_block = config["rows_per_block"]
+        # Loads clamped to the last row, stores kept to the rows there are.
+        assert re.search(r"min\(.*rows\) - \(int64_t\)1\)", source) or "(rows - 1)" in source
+        assert re.search(rf"blockIdx.x\) \* {per_block}\) \+ .*\) < rows\)", source)
+    assert not any(v.get("rows_per_block") for v in launch_variants(RMS, (4096, 4096), torch.bfloat16))
+    assert not any(v.get("rows_per_block") for v in launch_variants(RMS, (4, 128), torch.bfloat16))  # decode
+    assert not any(v.get("rows_per_block") for v in launch_variants(RMS_QUANT, (4096, 128), torch.bfloat16))
+    with pytest.raises(ValueError, match="whole warps"):
+        rowwise_kernel(RMS, (4096, 128), torch.bfloat16, threads=96, rows_per_block=4)
+
+
 def test_many_plain_rows_offer_staging_in_shared_memory():
     """Many plain rows may be staged in shared memory (cp.async), at as many blocks per SM as
     their shared memory fits; decode rows, groups and segments are not."""
@@ -654,6 +679,15 @@ def test_every_wider_block_of_a_padded_row_passes_the_gate_on_the_gpu():
     """The launch variants wider than the rule's on rows no power of two divides (1000 wide)."""
     checked, failures = gate_variants("LayerNormFwd", [(300, 1000), (5, 1000)], lambda config: config["threads"] > 32,
                                       seed=37, catalog=False)
+    assert checked >= 4 and not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", ["RMSNormFwd", "LayerNormFwd", "FusedAddRMSNormFwd", "L2NormFwd", "GemmaRMSNormFwd"])
+def test_every_block_of_several_rows_passes_the_gate_on_the_gpu(op_name):
+    """Blocks of 4 and 8 rows on rows a warp holds (64 and 128 wide), full blocks and a partial last."""
+    checked, failures = gate_variants(op_name, [(4096, 128), (4099, 128), (37, 64)],
+                                      lambda config: config.get("rows_per_block", 1) > 1, seed=41, catalog=False)
     assert checked >= 4 and not failures, "\n".join(failures)
 
 
