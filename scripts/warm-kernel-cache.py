@@ -8,10 +8,13 @@ calls the CUDA runtime, which finds the real driver where they run).
 
     python scripts/warm-kernel-cache.py [--family norm,pool] [--op RMSNormFwd,...] [--variants]
                                         [--launch-classes] [--jobs 2]
+                                        [--workloads benchmarks/off-catalog.toml] [--workload OP/ID,...]
+                                        [--archive off-catalog.tar.xz]
 
-Writes .kcache/cache.tar.xz (git-ignored), adding to what it held (--fresh: starting empty); carry
-".kcache" with the device call and scripts/h200-session.sh unpacks it into the run's
-TILELANG_CACHE_DIR.
+Writes .kcache/cache.tar.xz (git-ignored; --archive names another), adding to what it held
+(--fresh: starting empty); carry ".kcache" with the device call and scripts/h200-session.sh
+unpacks it into the run's TILELANG_CACHE_DIR. ``--workloads`` takes a workloads file's instead of
+the catalog's (as ``npuops run --workloads``), ``--workload`` some of them.
 """
 
 import argparse
@@ -49,14 +52,22 @@ def _load_without_init() -> None:
     LibraryGenerator.load_lib = lambda self, *args, **kwargs: _WithoutInit(load(self, *args, **kwargs))
 
 
-def build(job: tuple[str, bool, bool]) -> str | None:
-    import torch
+def _registry(workloads_file: str | None):
+    """The registry, with ``workloads_file``'s workloads added (and those: None without a file)."""
     from npuops.registry import load_registry
+    from npuops.workload import load_workload_file
+
+    registry = load_registry()
+    return registry, registry.add_workloads(load_workload_file(workloads_file)) if workloads_file else None
+
+
+def build(job: tuple[str, bool, bool, str | None]) -> str | None:
+    import torch
 
     _load_without_init()
 
-    key, variants, classes = job
-    registry = load_registry()
+    key, variants, classes, workloads_file = job
+    registry, _ = _registry(workloads_file)
     op_name, wid = key.split("/")
     op, impl = registry.op(op_name), registry.implementation(op_name, "tilelang")
     w, cpu = op.workload(wid), torch.device("cpu")
@@ -96,24 +107,28 @@ def main() -> int:
     parser.add_argument("--launch-classes", action="store_true",
                         help="each workload's other launch classes too (what the functions for model code build)")
     parser.add_argument("--fresh", action="store_true", help="drop the kernels the archive already holds")
+    parser.add_argument("--workloads", help="a workloads file (TOML or JSON) whose workloads to build instead of the catalog's")
+    parser.add_argument("--workload", help="only these workloads, e.g. RMSNormFwd/X5,LayerNormFwd/X3")
+    parser.add_argument("--archive", default="cache.tar.xz", help="the archive's name in .kcache")
     args = parser.parse_args()
 
-    from npuops.registry import load_registry
-
-    registry = load_registry()
+    registry, added = _registry(args.workloads)
     families = set(args.family.split(",")) if args.family else None
     ops = set(args.op.split(",")) if args.op else None
+    chosen = set(args.workload.split(",")) if args.workload else None
+    user = None if added is None else {w.key for w in added}
     keys = []
     for name, impls in sorted(registry.implementations.items()):
         op = registry.op(name)
         if (families and op.family not in families) or (ops and name not in ops) \
                 or not any(i.name == "tilelang" for i in impls):
             continue
-        keys += [w.key for w in op.workloads if op.kernel_unsupported(w) is None]
+        keys += [w.key for w in op.workloads if op.kernel_unsupported(w) is None
+                 and (user is None or w.key in user) and (chosen is None or w.key in chosen)]
 
     out = Path(".kcache")
     out.mkdir(exist_ok=True)
-    archive = out / "cache.tar.xz"
+    archive = out / args.archive
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as driver:
         if archive.exists() and not args.fresh:
             subprocess.run(["tar", "-C", cache, "-xJf", str(archive)], check=True)
@@ -122,7 +137,8 @@ def main() -> int:
         done = 0
         try:
             with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-                for done, error in enumerate(pool.map(build, [(key, args.variants, args.launch_classes) for key in keys]), 1):
+                jobs = [(key, args.variants, args.launch_classes, args.workloads) for key in keys]
+                for done, error in enumerate(pool.map(build, jobs), 1):
                     print(f"[{done}/{len(keys)}] {error or 'ok'}", file=sys.stderr if error else sys.stdout, flush=True)
         finally:  # interrupted too: the kernels compiled so far are kept
             # xz -9e: half the size of the default level, so more fits in a device call's carry limit.
