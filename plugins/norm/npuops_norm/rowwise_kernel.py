@@ -21,8 +21,8 @@ import torch
 from npuops import (EVICT_LAST_LOAD, VECTOR_BYTES, KernelKey, KernelSpec, load_vectors_evict_last, multiprocessors,
                     tilelang_dtype, wide_indices)
 
-from .block_reduce import (WARP, block_reducer, cluster_kernel, cluster_split, exchange_barrier_initializer, exchange_slots,
-                           group_major, group_values, moments_reducer, reduces_groups, vector_elements)
+from .block_reduce import (WARP, block_reducer, cluster_kernel, cluster_split, exchange_barrier_initializer,
+                           exchange_slots, group_major, group_values, moments_reducer, reduces_groups, vector_elements)
 
 F32 = "float32"
 # A kernel prelude: a fence for the compiler alone (no instruction), which memory accesses do not cross.
@@ -343,9 +343,9 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
                      {"threads": threads * 2, "min_blocks": 1, "cluster": blocks},
                      {"threads": threads * 2, "min_blocks": 1, "cluster": blocks // 2}]
         variants = [*clustered, *({**config, "exchange_barriers": True} for config in clustered), *variants]
-    if packable(spec) and rows > FEW_ROWS and variants[0]["threads"] == WARP and hidden % WARP == 0:
+    if packable(spec) and rows > FEW_ROWS and variants[0]["threads"] == WARP:
         variants += [{"threads": WARP * packed, "min_blocks": variants[0]["min_blocks"], "rows_per_block": packed}
-                     for packed in PACKED_ROWS]
+                     for packed in PACKED_ROWS if reduces_groups(packed, WARP * packed, hidden)]
     if pipelines(spec, rows, hidden):  # the rule's launch first (unpadded: its threads divide the row)
         rule = {"threads": variants[0]["threads"], "min_blocks": PIPELINED_BLOCKS_PER_SM, "pipelined": True}
         variants = [rule, *(v for v in variants if v != rule)]
@@ -438,11 +438,11 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     packed = rows_per_block > 1
     if packed:
         if not packable(spec) or cluster not in (None, 1) or staged or chunked or pipelined:
-            raise ValueError(f"a block takes several rows of plain rows with per-column operands, one block each, "
-                             f"in registers, got {spec} with cluster={cluster}, staged={staged}, "
+            raise ValueError(f"several rows a block must be plain rows with per-column operands, in registers, not "
+                             f"split over a cluster, got {spec} with cluster={cluster}, staged={staged}, "
                              f"chunked={chunked}, pipelined={pipelined}")
         cluster, pipelined, threads = 1, False, threads or WARP * rows_per_block
-        if threads % (WARP * rows_per_block) or hidden % (threads // rows_per_block):
+        if not reduces_groups(rows_per_block, threads, hidden):
             raise ValueError(f"{rows_per_block} rows of {hidden} over {threads} threads: each row takes whole warps "
                              f"and whole shares of its row")
     # A block's groups: the statistics it takes (a row's groups, its segments or the rows it packs).

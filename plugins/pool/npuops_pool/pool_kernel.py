@@ -12,12 +12,13 @@ Sizes at launch: a kernel whose code depends on the sizes is built per shape, so
 stall on a build at every new image size. The ``"sizes_at_launch"`` kernel takes them as
 ``T.dynamic`` values; each block finds its plane block, output row and column tile from its
 number (blocks numbered as memory runs), and no thread divides an element's index by a size
-(dividing flat indices by the sizes, in 64 bits, ran 2-8x slower on the H100). What its code still takes from the sizes is a class of them, in the key:
-rows of whole 16-byte vectors or not (vector loads or a load a tap), indices past int32, and the
-tile (fewer planes than a block takes). Rows not of whole vectors whose outputs fit one wave
-take a thread an output instead, counted flat (it divides its index by the sizes in 32 bits:
-a few instructions, where the row tiles' grid idled a quarter of its threads and ran a second
-wave: :func:`fits_one_wave`). It computes its element offsets in 32 bits (TileLang makes
+(dividing flat indices by the sizes, in 64 bits, ran 2-8x slower on the H100). What its code
+still takes from the sizes is a class of them, in the key: rows of whole 16-byte vectors or not
+(vector loads or a load a tap), indices past int32, and the tile (fewer planes than a block takes).
+Averages over rows not of whole vectors whose outputs fit one wave take a thread an output
+instead, counted flat (it divides its index by the sizes in 32 bits: a few instructions, where
+the row tiles' grid idled a quarter of its threads and ran a second wave: :func:`fits_one_wave`;
+averages only, see :func:`sized_launch`). It computes its element offsets in 32 bits (TileLang makes
 an index it cannot bound 64-bit, clamps and all): ``scripts/pool-kernel-code.py`` compares the
 generated code with the per-shape kernels' (about 10% more SASS instructions a thread for max
 pools, up to 23% for averages, which count their windows at run time),
@@ -881,8 +882,9 @@ def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.
         return f"a thread's taps of a depth slice would take more than {TAPS_PER_THREAD} registers"
     narrowest = min(ROW_GROUPS.values()) * launch["outputs"]
     layers = oD if len(spec.spatial_out) == 3 else -(-oW // narrowest)
-    if -(-math.prod(input_shape[:2]) // (launch["threads"] // FEW_PLANES_GROUPS)) * oH * layers > GRID_X_LIMIT:
-        return f"output sizes {spec.spatial_out} of {math.prod(input_shape[:2])} planes need more than {GRID_X_LIMIT} blocks"
+    planes = math.prod(input_shape[:2])
+    if -(-planes // (launch["threads"] // FEW_PLANES_GROUPS)) * oH * layers > GRID_X_LIMIT:
+        return f"output sizes {spec.spatial_out} of {planes} planes need more than {GRID_X_LIMIT} blocks"
     return None
 
 
@@ -955,11 +957,12 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     A block takes ``threads / groups`` planes, an output row and a layer: the column tile of
     ``groups * outputs`` outputs (1-d, 2-d) or the output depth (3-d, whose blocks walk their
     row's column tiles). Blocks are numbered as memory runs (the layer fastest, the plane block
-    slowest), each dividing its number by the sizes to find them: numbered plane block first (the
-    grid's x, as this kernel had it), neighbouring blocks read planes 25 KB apart, and a 16-bit
-    stem pool of 2048 planes of 112 x 112 read its input 3-6 times over from DRAM (90 µs, the
-    per-shape vectors kernel 15). No thread divides by a size otherwise. A thread takes ``outputs`` adjacent outputs of a row and computes them as the vectors kernel
-    does: per window row it loads the input its windows span into registers, 16-byte vectors
+    slowest), each dividing its number by the sizes to find them. Numbered plane block first (the
+    grid's x, as this kernel had it), neighbouring blocks read planes 25 KB apart: a 16-bit stem
+    pool of 2048 planes of 112 x 112 took 90 µs (H100), the per-shape vectors kernel 15 (H200);
+    the new order is not measured yet. No thread divides by a size otherwise. A thread takes
+    ``outputs`` adjacent outputs of a row and computes them as the vectors kernel does: per window
+    row it loads the input its windows span into registers, 16-byte vectors
     where rows are whole vectors (``vector``: the kernel assumes the row length a multiple of it),
     a load a tap otherwise; a load past the input's edge is made from a clamped address (the
     reduction's identity, or for a max of contiguous taps the nearest element, which the window
