@@ -197,7 +197,8 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
         if problem:
             raise ValueError(f"the {SIZES_AT_LAUNCH} kernel does not take {spec}: {problem}")
         launch = sized_launch(spec, input_shape, dtype, threads, groups, outputs, flat)
-        return (flat_sizes_at_launch_kernel if launch["flat"] else sizes_at_launch_kernel)(spec, dtype, launch)
+        per_output = launch["flat"] and launch["vector"] == 1
+        return (flat_sizes_at_launch_kernel if per_output else sizes_at_launch_kernel)(spec, dtype, launch)
     if kernel == "planes":
         return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK, staged)
     if kernel == "lanes":
@@ -824,23 +825,26 @@ def held_taps(spec: Pooling, vector: int, outputs: int) -> int:
 
 def sized_launch(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype, threads: int | None = None,
                  groups: int | None = None, outputs: int | None = None, flat: bool | None = None) -> dict:
-    """The sizes-at-launch kernel's launch for a workload: the config (``threads``, ``groups``
-    along an output row, ``outputs`` a thread, or ``flat``: a thread an output, counted flat) and
-    the decisions its code takes from the sizes, each a class of them: ``vector``, the elements a
-    load takes (16 bytes where rows are whole vectors, else 1), ``wide``, whether indices need 64
-    bits, and by default ``flat`` for averages where rows are not whole vectors and the outputs
-    fit one wave (:func:`fits_one_wave`). Max pools keep the row tiles there: their few taps a
-    thread cost less than the flat index's divisions (H100, kernel time: 4 x 32 x 33 x 47 2 x 2
-    windows 1.70 µs row tiles, 1.79 flat; a 2 x 2 x 2 3-d pool 1.73 and 1.79; a 1-d 1.65 and 1.70,
-    where averages ran faster flat: 3 x 48 x 41 x 29 5 x 3 windows 2.22 against 3.12)."""
+    """The sizes-at-launch kernel's launch for a workload: the config (``threads``, ``outputs`` a
+    thread, and their order: ``flat``, counted flat, or ``groups`` along an output row in row
+    tiles) and the decisions its code takes from the sizes, each a class of them: ``vector``, the
+    elements a load takes (16 bytes where rows are whole vectors, else 1), ``wide``, whether
+    indices need 64 bits. By default rows of whole vectors are counted flat, as the per-shape
+    vectors kernel counts them (see :func:`sizes_at_launch_kernel`), and so are averages over
+    other rows whose outputs fit one wave (:func:`fits_one_wave`), a thread an output
+    (:func:`flat_sizes_at_launch_kernel`). Max pools over such rows keep the row tiles: their few
+    taps a thread cost less than the flat index's divisions (H100, kernel time: 4 x 32 x 33 x 47
+    2 x 2 windows 1.70 µs row tiles, 1.79 flat; a 2 x 2 x 2 3-d pool 1.73 and 1.79; a 1-d 1.65
+    and 1.70, where averages ran faster flat: 3 x 48 x 41 x 29 5 x 3 windows 2.22 against 3.12)."""
     vector = VECTOR_BYTES // dtype.itemsize
     if spec.spatial_in[-1] % vector:
         vector = 1
-    wide = wide_indices(input_shape) or wide_indices((*input_shape[:2], *spec.spatial_out))
+    pooled = math.prod((*input_shape[:2], *spec.spatial_out))
+    # A flat thread number runs up to a block past the last output.
+    wide = wide_indices(input_shape) or wide_indices((pooled + RESIDENT_THREADS,))
     if flat is None:
-        flat = (spec.mode == "avg" and vector == 1 and groups is None
-                and fits_one_wave(math.prod((*input_shape[:2], *spec.spatial_out))))
-    if flat:
+        flat = groups is None and (vector > 1 or (spec.mode == "avg" and fits_one_wave(pooled)))
+    if flat and vector == 1:
         return {"kernel": SIZES_AT_LAUNCH, "threads": threads or BLOCK, "groups": None, "outputs": 1, "vector": 1,
                 "wide": wide, "flat": True}
     # Outputs a thread: their first taps must be whole vectors apart (a multiple of ``step``);
@@ -851,12 +855,16 @@ def sized_launch(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
         if held_taps(spec, vector, outputs) > TAPS_PER_THREAD:
             outputs = step
     threads = threads or BLOCK_SMALL
+    if outputs % step:
+        raise ValueError(f"outputs must be a multiple of {step}, got {outputs}")
+    if flat:
+        return {"kernel": SIZES_AT_LAUNCH, "threads": threads, "groups": None, "outputs": outputs, "vector": vector,
+                "wide": wide, "flat": True}
     row_groups = ROW_GROUPS["vectors" if vector > 1 else "taps"]
     few_planes = math.prod(input_shape[:2]) < threads // row_groups
     groups = groups or (FEW_PLANES_GROUPS if few_planes else row_groups)
-    if outputs % step or threads % groups:
-        raise ValueError(f"outputs must be a multiple of {step} and groups a divisor of threads ({threads}), "
-                         f"got {outputs} and {groups}")
+    if threads % groups:
+        raise ValueError(f"groups must divide threads ({threads}), got {groups}")
     return {"kernel": SIZES_AT_LAUNCH, "threads": threads, "groups": groups, "outputs": outputs, "vector": vector,
             "wide": wide, "flat": False}
 
@@ -890,17 +898,21 @@ def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.
 
 def sized_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> list[dict]:
     """The sizes-at-launch kernel's launch configs, its default first (none: it does not take
-    the workload): both row classes, whichever the planes would pick, and a thread an output
-    counted flat."""
+    the workload): both row classes, whichever the planes would pick, and threads counted flat
+    (rows of whole vectors: twice the outputs a thread too)."""
     if sized_unsupported(spec, input_shape, dtype):
         return []
     default = sized_launch(spec, input_shape, dtype)
+    flat_launch = sized_launch(spec, input_shape, dtype, flat=True)
     first = sized_launch(spec, input_shape, dtype, flat=False)["groups"]
     # Twice the planes a block too: small images make thousands of 128-thread blocks.
     tiles = [{"kernel": SIZES_AT_LAUNCH, "threads": BLOCK_SMALL, "groups": g}
              for g in dict.fromkeys((first, *ROW_GROUPS.values(), FEW_PLANES_GROUPS))] + [
         {"kernel": SIZES_AT_LAUNCH, "threads": 2 * BLOCK_SMALL, "groups": first}]
-    flat = [{"kernel": SIZES_AT_LAUNCH, "threads": t, "flat": True} for t in (BLOCK, BLOCK_SMALL)]
+    flat = [{"kernel": SIZES_AT_LAUNCH, "threads": t, "flat": True}
+            for t in dict.fromkeys((flat_launch["threads"], BLOCK, BLOCK_SMALL))]
+    if flat_launch["vector"] > 1:
+        flat.append({"kernel": SIZES_AT_LAUNCH, "threads": BLOCK_SMALL, "flat": True, "outputs": 2 * flat_launch["outputs"]})
     return flat + tiles if default["flat"] else tiles + flat
 
 
@@ -954,20 +966,25 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     planes (N * C), the input's and the output's spatial sizes come at launch (``T.dynamic``),
     the window, the dtype and the tile are built in.
 
-    A block takes ``threads / groups`` planes, an output row and a layer: the column tile of
-    ``groups * outputs`` outputs (1-d, 2-d) or the output depth (3-d, whose blocks walk their
-    row's column tiles). Blocks are numbered as memory runs (the layer fastest, the plane block
-    slowest), each dividing its number by the sizes to find them. Numbered plane block first (the
-    grid's x, as this kernel had it), neighbouring blocks read planes 25 KB apart: a 16-bit stem
-    pool of 2048 planes of 112 x 112 took 90 µs (H100), the per-shape vectors kernel 15 (H200);
-    the new order is not measured yet. No thread divides by a size otherwise. A thread takes
-    ``outputs`` adjacent outputs of a row and computes them as the vectors kernel does: per window
-    row it loads the input its windows span into registers, 16-byte vectors
+    A thread takes ``outputs`` adjacent outputs of a row and computes them as the vectors kernel
+    does: per window row it loads the input its windows span into registers, 16-byte vectors
     where rows are whole vectors (``vector``: the kernel assumes the row length a multiple of it),
     a load a tap otherwise; a load past the input's edge is made from a clamped address (the
     reduction's identity, or for a max of contiguous taps the nearest element, which the window
     holds already), so no tap needs a mask; then it reduces each window there, and stores its
-    outputs one by one (the output row's length is not known to be a multiple of a vector)."""
+    outputs one by one (the output row's length is not known to be a multiple of a vector).
+
+    Which outputs, two orders. ``flat`` (rows of whole vectors): threads counted flat over the
+    outputs' groups, as the per-shape vectors kernel counts them (a row's groups, then rows,
+    depths, planes), so that a warp reads whole input rows; each thread divides its number by
+    the sizes, in 32 bits. Row tiles (``groups`` threads along a row, the block's others on
+    further planes): a block takes ``threads / groups`` planes, an output row and a layer, the
+    column tile of ``groups * outputs`` outputs (1-d, 2-d) or the output depth (3-d, whose
+    blocks walk their row's column tiles); blocks are numbered as memory runs (the layer
+    fastest, the plane block slowest) and only the block number is divided by the sizes. On a
+    16-bit stem pool of 2048 planes of 112 x 112 (H100, kernel time) the row tiles took 90 µs
+    numbered plane block first, 52.6 as memory runs, where a warp reads eight planes 25 KB
+    apart; torch.compile 28.3."""
     import tilelang.language as T
 
     spec, dt, at, index, (planes, ins, outs) = _sized_build(spec, dtype, launch)
@@ -976,9 +993,7 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     oD, oH, oW = _as_3d(outs, 1)
     taps_, stride, padding, dilation = _sliding(spec)
     (kD, kH, kW), (_, _, sW), (_, _, pW), (_, _, dW) = taps_, stride, padding, dilation
-    block, groups, outputs, vector = (launch[k] for k in ("threads", "groups", "outputs", "vector"))
-    per_block = block // groups  # planes a block takes
-    cols = groups * outputs  # output columns of a tile
+    block, groups, outputs, vector, flat = (launch[k] for k in ("threads", "groups", "outputs", "vector", "flat"))
     lead, span = row_span(spec, vector, outputs)
     identity = _identity(spec, at)
     masks_rows = not clamps_into_window(spec, (0, 1))
@@ -990,11 +1005,29 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
 
     positive = functools.reduce(T.And, [size > 0 for size in (planes, *ins, *outs)])
     whole_vectors = W % vector == 0
-    layers = oD if rank == 3 else T.ceildiv(oW, cols)  # per output row of a plane block
+    if flat:
+        row_groups = T.ceildiv(oW, outputs)
+        total = planes * oD * oH * row_groups
+        blocks, steps = T.ceildiv(total, block), 1
+    else:
+        per_block = block // groups  # planes a block takes
+        cols = groups * outputs  # output columns of a tile
+        layers = oD if rank == 3 else T.ceildiv(oW, cols)  # per output row of a plane block
+        blocks, steps = T.ceildiv(planes, per_block) * oH * layers, T.ceildiv(oW, cols) if rank == 3 else 1
+
+    def position(t, coordinates, tile, step):
+        """Thread t's plane, output depth, output row and column group (of ``outputs`` outputs):
+        counted flat, its ``coordinates``; in row tiles, from its block's plane block, output row
+        and layer (``tile``) and, 3-d, the column tile its block is at (``step``)."""
+        if flat:
+            return tuple(c[t] for c in coordinates)
+        bx, oh, layer = tile
+        return (bx * (block // groups) + t // groups, layer if rank == 3 else 0, oh,
+                (step if rank == 3 else layer) * groups + t % groups)
 
     @T.prim_func
     def main(X: T.Tensor((planes, *ins), dt), Y: T.Tensor((planes, *outs), dt)):
-        with T.Kernel(T.ceildiv(planes, per_block) * oH * layers, threads=block, prelude=prelude(spec)) as b:
+        with T.Kernel(blocks, threads=block, prelude=prelude(spec)) as b:
             # Known to the simplifier: positive sizes, and rows of whole vectors (vectorized loads;
             # an assumption of its own: the vectorizer does not split a conjunction).
             T.evaluate(T.assume(positive))
@@ -1006,26 +1039,40 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
             T.annotate_layout({taps: thread_owned((kH, block, span), 1), acc: thread_owned((block, outputs), 0),
                                result: thread_owned((block, outputs), 0)})
             part, v = T.alloc_var(at), T.alloc_var(at)  # part: a slice's taps reduced; v: a tap, cast once
-            # Element offsets, computed (clamped) in a variable of the index type, then indexed
-            # flat: TileLang promotes an index it cannot bound (the sizes are unknown) to 64 bits
-            # with everything in it. A bf16 3x3/2 stem thread took 1.9x the SASS instructions of
-            # the per-shape vectors kernel's so, 1.3x with its coordinates in 32-bit variables,
-            # 1.1x with its offsets (scripts/pool-kernel-code.py).
-            offset = T.alloc_var(index)
-            # The block's plane block, output row and layer (column tile, or 3-d the output depth),
-            # numbered as memory runs: neighbouring blocks read neighbouring input.
+            # Element offsets and coordinates, computed (clamped) in variables of the index type,
+            # then indexed flat: TileLang promotes an index it cannot bound (the sizes are unknown)
+            # to 64 bits with everything in it. A bf16 3x3/2 stem thread took 1.9x the SASS
+            # instructions of the per-shape vectors kernel's so, 1.3x with its coordinates in
+            # 32-bit variables, 1.1x with its offsets (scripts/pool-kernel-code.py).
+            offset, rest = T.alloc_var(index), T.alloc_var(index)
+            # Where a thread's outputs are: counted flat, its own coordinates; in row tiles, its
+            # block's (see ``position``).
+            coordinates = tuple(T.alloc_fragment((block,), index) for _ in range(4))
+            T.annotate_layout({c: thread_owned((block,), 0) for c in coordinates})
             bx, oh, layer = T.alloc_var(index), T.alloc_var(index), T.alloc_var(index)
-            if rank == 3:  # b = (bx * oD + od) * oH + oh
-                oh = T.truncmod(T.Cast(index, b), oH)
-                layer = T.truncmod(T.truncdiv(T.Cast(index, b), oH), oD)
-                bx = T.truncdiv(T.Cast(index, b), oH * oD)
-            else:  # b = (bx * oH + oh) * layers + tile
-                layer = T.truncmod(T.Cast(index, b), layers)
-                oh = T.truncmod(T.truncdiv(T.Cast(index, b), layers), oH)
-                bx = T.truncdiv(T.Cast(index, b), layers * oH)
-            od = layer if rank == 3 else 0
-            for step in T.serial(T.ceildiv(oW, cols) if rank == 3 else 1):
-                tile = step if rank == 3 else layer
+            if flat:
+                # The last block's spare threads compute the last group again and store nothing.
+                # Truncating division: the number is not negative.
+                for t in T.Parallel(block):
+                    rest = T.min(T.Cast(index, b) * block + t, total - 1)
+                    coordinates[3][t] = T.truncmod(rest, row_groups)
+                    rest = T.truncdiv(rest, row_groups)
+                    coordinates[2][t] = T.truncmod(rest, oH)
+                    rest = T.truncdiv(rest, oH)
+                    coordinates[1][t] = T.truncmod(rest, oD)
+                    coordinates[0][t] = T.truncdiv(rest, oD)
+            else:
+                # The block's plane block, output row and layer (column tile, or 3-d the output
+                # depth), numbered as memory runs: neighbouring blocks read neighbouring input.
+                if rank == 3:  # b = (bx * oD + od) * oH + oh
+                    oh = T.truncmod(T.Cast(index, b), oH)
+                    layer = T.truncmod(T.truncdiv(T.Cast(index, b), oH), oD)
+                    bx = T.truncdiv(T.Cast(index, b), oH * oD)
+                else:  # b = (bx * oH + oh) * layers + tile
+                    layer = T.truncmod(T.Cast(index, b), layers)
+                    oh = T.truncmod(T.truncdiv(T.Cast(index, b), layers), oH)
+                    bx = T.truncdiv(T.Cast(index, b), layers * oH)
+            for step in T.serial(steps):
                 for t, c in T.Parallel(block, outputs):
                     acc[t, c] = identity
                 for i in T.unroll(kD):
@@ -1035,12 +1082,13 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
                         # in the input, clamped into it; a piece outside is the reduction's identity
                         # (for a max of contiguous taps the nearest one, which the window holds).
                         for t, c in T.Parallel(block, span // vector):
-                            d, h = tap(od, 0, i), tap(oh, 1, r)
-                            piece = (tile * groups + t % groups) * (outputs * sW // vector) - lead // vector + c
+                            plane, depth, row, group = position(t, coordinates, (bx, oh, layer), step)
+                            d, h = tap(depth, 0, i), tap(row, 1, r)
+                            piece = group * (outputs * sW // vector) - lead // vector + c
                             inside = (d >= 0) & (d < D) & (h >= 0) & (h < H) if masks_rows else True
                             if vector > 1 or masks_cols:
                                 inside = inside & (piece >= 0) & (piece < W // vector)
-                            offset = (((T.min(bx * per_block + t // groups, planes - 1) * D + _clamped(d, D)) * H
+                            offset = (((T.min(plane, planes - 1) * D + _clamped(d, D)) * H
                                        + _clamped(h, H)) * (W // vector) + _clamped(piece, W // vector))
                             for e in T.vectorized(vector):
                                 value = X[_flat_element(rank, offset * vector + e)]
@@ -1053,13 +1101,15 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
                             part = _accumulate(spec, part, v, at)
                         acc[t, c] = _accumulate(spec, acc[t, c], part, at)
                 for t, c in T.Parallel(block, outputs):
-                    starts = (tap(od, 0), tap(oh, 1), tap((tile * groups + t % groups) * outputs + c, 2))
+                    plane, depth, row, group = position(t, coordinates, (bx, oh, layer), step)
+                    starts = (tap(depth, 0), tap(row, 1), tap(group * outputs + c, 2))
                     part = acc[t, c]  # through a scalar: TileLang's CPU target cannot vectorize this loop
                     result[t, c] = T.Cast(dt, _result(spec, part, starts, sizes, taps_, sizes, padding))
                 for t, c in T.Parallel(block, outputs):
-                    ow = (tile * groups + t % groups) * outputs + c
-                    if bx * per_block + t // groups < planes and ow < oW:
-                        offset = (((bx * per_block + t // groups) * oD + od) * oH + oh) * oW + ow
+                    plane, depth, row, group = position(t, coordinates, (bx, oh, layer), step)
+                    stores = (T.Cast(index, b) * block + t < total) if flat else (plane < planes)
+                    if stores and group * outputs + c < oW:
+                        offset = ((plane * oD + depth) * oH + row) * oW + group * outputs + c
                         Y[_flat_element(rank, offset)] = result[t, c]
 
     return _sized_kernel_spec(main, spec, dtype, {**launch, "span": span})

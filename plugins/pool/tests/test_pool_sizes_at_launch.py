@@ -147,8 +147,9 @@ SHARED_BUILDS = [
 @pytest.mark.parametrize("op_name,params", SHARED_BUILDS)
 def test_one_build_serves_every_size_of_its_key_on_the_cpu_target(op_name, params, flat):
     """Each key's build, compiled once for the CPU target, computes every workload of that key:
-    row tiles, two row classes x two plane classes, and by default for averages a thread an
-    output counted flat in place of the rows that are not whole vectors (these sizes fit one wave)."""
+    row tiles, two row classes x two plane classes; by default rows of whole vectors counted flat
+    (one key for both plane classes), and for averages the other rows too, a thread an output
+    (these sizes fit one wave)."""
     from npuops_pool.pool_kernel import kernel_key, pool_kernel
 
     op = REGISTRY.op(op_name)
@@ -161,14 +162,14 @@ def test_one_build_serves_every_size_of_its_key_on_the_cpu_target(op_name, param
         key = kernel_key(*spec_of_w, **config)
         if key not in built:
             spec = pool_kernel(*spec_of_w, **config)
-            assert spec.config["flat"] == (flat is None and op_name.startswith("Avg") and spec.config["vector"] == 1)
+            assert spec.config["flat"] == (flat is None and (spec.config["vector"] > 1 or op_name.startswith("Avg")))
             built[key] = spec.bind(compile_kernel(spec.prim_func, pass_configs=spec.pass_configs, target=CPU_TARGET), torch.device("cpu"))
         result = check(op, w, built[key], CPUDevice(), seed=seed)
         assert result.ok, (shape, result.detail)
         served[key] = served.get(key, 0) + 1
-    assert op.kernel_key(w) in built  # the default launch's key is among them
-    if flat is None and op_name.startswith("Avg"):
-        assert sorted(served.values()) == [2, 2, 4]
+    if flat is None:
+        assert op.kernel_key(w) in built  # the default launch's key is among them
+        assert sorted(served.values()) == ([4, 4] if op_name.startswith("Avg") else [2, 2, 4])
     else:
         assert len(built) == 4 and set(served.values()) == {2}
 
@@ -191,9 +192,9 @@ def test_nan_reaches_exactly_its_windows_on_the_cpu_target(op_name, params):
 
 
 def test_launch_classes_and_variants():
-    """Rows of whole vectors load them (4 threads a row, 4+ outputs each); other rows a tap a load,
-    a thread an output, 16 along a row; few planes: 32 along a row. Every class is a variant, the
-    per-shape kernels after them."""
+    """Rows of whole vectors load them, 4+ outputs a thread, threads counted flat; other rows a tap
+    a load, a thread an output, in row tiles 16 along a row (few planes: 32). Every class is a
+    variant, the per-shape kernels after them."""
     from npuops_pool.pool_kernel import sized_launch
 
     op = REGISTRY.op("MaxPool2dFwd")
@@ -202,9 +203,11 @@ def test_launch_classes_and_variants():
         w = make_workload("MaxPool2dFwd", shape, dtype, **STEM)
         return sized_launch(op.pooling(w), w.shapes["input"], w.dtype_of("input"))
 
-    assert {k: launch((32, 64, 112, 112))[k] for k in ("vector", "groups", "outputs")} == {"vector": 8, "groups": 4, "outputs": 4}
-    assert {k: launch((32, 64, 111, 111))[k] for k in ("vector", "groups", "outputs")} == {"vector": 1, "groups": 16, "outputs": 1}
-    assert launch((1, 3, 112, 112))["groups"] == 32 and not launch((1, 3, 112, 112))["flat"]
+    classes = ("vector", "groups", "outputs", "flat")
+    assert {k: launch((32, 64, 112, 112))[k] for k in classes} == {"vector": 8, "groups": None, "outputs": 4, "flat": True}
+    assert launch((1, 3, 112, 112)) == launch((32, 64, 112, 112))  # counted flat, the planes make no class
+    assert {k: launch((32, 64, 111, 111))[k] for k in classes} == {"vector": 1, "groups": 16, "outputs": 1, "flat": False}
+    assert launch((1, 3, 111, 111))["groups"] == 32
     # Averages over rows not of whole vectors whose outputs fit one wave: a thread an output,
     # counted flat; max pools keep the row tiles, and take the flat launch as a variant.
     assert not launch((1, 3, 111, 111))["flat"]
@@ -219,7 +222,8 @@ def test_launch_classes_and_variants():
     w = make_workload("MaxPool2dFwd", (32, 64, 112, 112), "bf16", **STEM)
     kernels = [v["kernel"] for v in op.tilelang_variants(w)]
     assert kernels[:4] == ["sizes_at_launch"] * 4 and "vectors" in kernels and "window" in kernels
-    assert {"kernel": "sizes_at_launch", "threads": 256, "groups": 4} in op.tilelang_variants(w)  # half the blocks
+    assert {"kernel": "sizes_at_launch", "threads": 256, "groups": 4} in op.tilelang_variants(w)  # row tiles: variants
+    assert {"kernel": "sizes_at_launch", "threads": 128, "flat": True, "outputs": 8} in op.tilelang_variants(w)
     # The per-shape kernels keep their own keys: the shape is in them.
     vectors = next(v for v in op.tilelang_variants(w) if v["kernel"] == "vectors")
     from npuops_pool.pool_kernel import kernel_key
@@ -248,8 +252,8 @@ SIZE_DIVISION = re.compile(r"[/%]\s*\(*(\(int64_t\))?\(*(planes|D|H|W|oD|oH|oW)\
 
 def test_catalog_workloads_compile_for_sm90a_with_no_division_by_a_size():
     """Every catalog workload's default build (one per key), as the GPU builds it: the row tiles
-    divide only their block's number by the sizes (the same in every thread of a block); a thread
-    an output counted flat divides its index by the output sizes, in 32 bits."""
+    divide only their block's number by the sizes (the same in every thread of a block); threads
+    counted flat divide their number by the output sizes, in 32 bits (64-bit only to address)."""
     from npuops_pool.pool_kernel import pool_kernel
 
     seen, flat = set(), set()
@@ -265,7 +269,8 @@ def test_catalog_workloads_compile_for_sm90a_with_no_division_by_a_size():
             if spec.config["kernel"] == "sizes_at_launch":
                 body = source[source.index("__launch_bounds__"):]
                 if spec.config["flat"]:
-                    assert SIZE_DIVISION.search(body) and "int64_t" not in body, (op_name, w.id)
+                    widened = set(re.findall(r"\(int64_t\)\w+", body)) - {"(int64_t)offset", "(int64_t)4", "(int64_t)8"}
+                    assert SIZE_DIVISION.search(body) and not widened, (op_name, w.id, widened)
                 else:
                     divides = [line for line in body.splitlines() if SIZE_DIVISION.search(line)]
                     assert divides and all("blockIdx.x) /" in line or "blockIdx.x) %" in line for line in divides), (
