@@ -197,7 +197,7 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
         if problem:
             raise ValueError(f"the {SIZES_AT_LAUNCH} kernel does not take {spec}: {problem}")
         launch = sized_launch(spec, input_shape, dtype, threads, groups, outputs, flat)
-        per_output = launch["flat"] and launch["vector"] == 1
+        per_output = launch["flat"] and launch["outputs"] == 1
         return (flat_sizes_at_launch_kernel if per_output else sizes_at_launch_kernel)(spec, dtype, launch)
     if kernel == "planes":
         return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK, staged)
@@ -844,7 +844,7 @@ def sized_launch(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
     wide = wide_indices(input_shape) or wide_indices((pooled + RESIDENT_THREADS,))
     if flat is None:
         flat = groups is None and (vector > 1 or (spec.mode == "avg" and fits_one_wave(pooled)))
-    if flat and vector == 1:
+    if flat and vector == 1 and (outputs or 1) == 1:
         return {"kernel": SIZES_AT_LAUNCH, "threads": threads or BLOCK, "groups": None, "outputs": 1, "vector": 1,
                 "wide": wide, "flat": True}
     # Outputs a thread: their first taps must be whole vectors apart (a multiple of ``step``);
@@ -898,8 +898,8 @@ def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.
 
 def sized_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> list[dict]:
     """The sizes-at-launch kernel's launch configs, its default first (none: it does not take
-    the workload): both row classes, whichever the planes would pick, and threads counted flat
-    (rows of whole vectors: twice the outputs a thread too)."""
+    the workload): both row classes, whichever the planes would pick, and threads counted flat,
+    one output a thread or several."""
     if sized_unsupported(spec, input_shape, dtype):
         return []
     default = sized_launch(spec, input_shape, dtype)
@@ -911,8 +911,10 @@ def sized_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
         {"kernel": SIZES_AT_LAUNCH, "threads": 2 * BLOCK_SMALL, "groups": first}]
     flat = [{"kernel": SIZES_AT_LAUNCH, "threads": t, "flat": True}
             for t in dict.fromkeys((flat_launch["threads"], BLOCK, BLOCK_SMALL))]
-    if flat_launch["vector"] > 1:
-        flat.append({"kernel": SIZES_AT_LAUNCH, "threads": BLOCK_SMALL, "flat": True, "outputs": 2 * flat_launch["outputs"]})
+    # Several outputs a thread, which load the taps their windows share once: twice a vector
+    # row's default, or 2 and 4 of a row that loads a tap at a time.
+    flat += [{"kernel": SIZES_AT_LAUNCH, "threads": BLOCK_SMALL, "flat": True, "outputs": n}
+             for n in ((2 * flat_launch["outputs"],) if flat_launch["vector"] > 1 else (2, 4))]
     return flat + tiles if default["flat"] else tiles + flat
 
 

@@ -174,6 +174,28 @@ def test_one_build_serves_every_size_of_its_key_on_the_cpu_target(op_name, param
         assert len(built) == 4 and set(served.values()) == {2}
 
 
+@pytest.mark.parametrize("op_name,params", SHARED_BUILDS)
+def test_four_outputs_a_thread_counted_flat_on_the_cpu_target(op_name, params):
+    """The flat order with several outputs a thread (a tuning variant): rows of whole vectors and
+    rows loaded a tap at a time, every size of a key from one build."""
+    from npuops_pool.pool_kernel import kernel_key, pool_kernel
+
+    op = REGISTRY.op(op_name)
+    built = {}
+    config = {"kernel": "sizes_at_launch", "flat": True, "outputs": 4}
+    for seed, spatial in enumerate(SPATIAL[dims_of(op_name)]):
+        w = make_workload(op_name, (*PLANES[1], *spatial), "f32", **params)
+        spec_of_w = (op.pooling(w), w.shapes["input"], torch.float32)
+        key = kernel_key(*spec_of_w, **config)
+        if key not in built:
+            spec = pool_kernel(*spec_of_w, **config)
+            assert spec.config["flat"] and spec.config["outputs"] == 4
+            built[key] = spec.bind(compile_kernel(spec.prim_func, pass_configs=spec.pass_configs, target=CPU_TARGET), torch.device("cpu"))
+        result = check(op, w, built[key], CPUDevice(), seed=seed)
+        assert result.ok, (spatial, result.detail)
+    assert len(built) == 2  # rows of whole vectors and not
+
+
 @pytest.mark.parametrize("op_name,params", [("MaxPool2dFwd", STEM), ("MaxPool3dFwd", dict(kernel_size=2, stride=1))])
 def test_nan_reaches_exactly_its_windows_on_the_cpu_target(op_name, params):
     from npuops_pool.pool_kernel import pool_kernel
