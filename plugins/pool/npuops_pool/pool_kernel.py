@@ -10,18 +10,18 @@ several output depths a thread (``march``) where windows overlap in depth.
 
 Sizes at launch: a kernel whose code depends on the sizes is built per shape, so a model would
 stall on a build at every new image size. The ``"sizes_at_launch"`` kernel takes them as
-``T.dynamic`` values; each block finds its plane block, output row and column tile from its
-number (blocks numbered as memory runs), and no thread divides an element's index by a size
-(dividing flat indices by the sizes, in 64 bits, ran 2-8x slower on the H100). What its code
-still takes from the sizes is a class of them, in the key: rows of whole 16-byte vectors or not
-(vector loads or a load a tap), indices past int32, and the tile (fewer planes than a block takes).
-Averages over rows not of whole vectors whose outputs fit one wave take a thread an output
-instead, counted flat (it divides its index by the sizes in 32 bits: a few instructions, where
-the row tiles' grid idled a quarter of its threads and ran a second wave: :func:`fits_one_wave`;
-averages only, see :func:`sized_launch`). It computes its element offsets in 32 bits (TileLang makes
+``T.dynamic`` values. Rows of whole 16-byte vectors take threads counted flat over the outputs'
+groups, as the per-shape vectors kernel counts them (so that a warp reads whole rows), each
+dividing its number by the output sizes in 32 bits (in 64 bits, flat indices divided by the
+sizes ran 2-8x slower on the H100); averages over other rows whose outputs fit one wave take a
+thread an output, counted flat too (:func:`fits_one_wave`); the rest take row tiles, whose blocks
+find their plane block, output row and column tile from their number (blocks numbered as memory
+runs). What its code still takes from the sizes is a class of them, in the key: rows of whole
+16-byte vectors or not (vector loads or a load a tap), indices past int32, and the order and tile
+(see :func:`sized_launch`). It computes its element offsets in 32 bits (TileLang makes
 an index it cannot bound 64-bit, clamps and all): ``scripts/pool-kernel-code.py`` compares the
 generated code with the per-shape kernels' (about 10% more SASS instructions a thread for max
-pools, up to 23% for averages, which count their windows at run time),
+pools, up to 23% for averages, which count their windows at run time, measured on the row tiles),
 ``scripts/bench-pool-sizes-at-launch.py`` the speed on a GPU.
 
 Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
