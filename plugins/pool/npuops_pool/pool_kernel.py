@@ -10,19 +10,18 @@ several output depths a thread (``march``) where windows overlap in depth.
 
 Sizes at launch: a kernel whose code depends on the sizes is built per shape, so a model would
 stall on a build at every new image size. The ``"sizes_at_launch"`` kernel takes them as
-``T.dynamic`` values. Rows of whole 16-byte vectors take threads counted flat over the outputs'
-groups, as the per-shape vectors kernel counts them (so that a warp reads whole rows), each
-dividing its number by the output sizes in 32 bits (in 64 bits, flat indices divided by the
-sizes ran 2-8x slower on the H100); averages over other rows whose outputs fit one wave take a
-thread an output, counted flat too (:func:`fits_one_wave`); the rest take row tiles, whose blocks
-find their plane block, output row and column tile from their number (blocks numbered as memory
-runs). What its code still takes from the sizes is a class of them, in the key: rows of whole
-16-byte vectors or not (vector loads or a load a tap), indices past int32, and the order and tile
-(see :func:`sized_launch`). It computes its element offsets in 32 bits (TileLang makes
-an index it cannot bound 64-bit, clamps and all): ``scripts/pool-kernel-code.py`` compares the
-generated code with the per-shape kernels' (about 10% more SASS instructions a thread for max
-pools, up to 23% for averages, which count their windows at run time, measured on the row tiles),
-``scripts/bench-pool-sizes-at-launch.py`` the speed on a GPU.
+``T.dynamic`` values. By default its threads are counted flat over the outputs' groups, as the
+per-shape vectors kernel counts them (so that a warp reads whole rows), each dividing its number
+by the output sizes in 32 bits (in 64 bits, flat indices divided by the sizes ran 2-8x slower on
+the H100); row tiles, whose blocks find their plane block, output row and column tile from their
+number, are tuning variants. What its code still takes from the sizes is a class of them, in
+the key: rows of whole 16-byte vectors or not (vector loads or a load a tap), indices past
+int32, and the order and outputs a thread (see :func:`sized_launch`). It computes its element
+offsets in 32 bits (TileLang makes an index it cannot bound 64-bit, clamps and all):
+``scripts/pool-kernel-code.py`` compares the generated code with the per-shape kernels' (about
+10% more SASS instructions a thread for max pools, up to 23% for averages, which count their
+windows at run time, measured on the row tiles), ``scripts/bench-pool-sizes-at-launch.py`` the
+speed on a GPU.
 
 Any pooling here is, per spatial dim, a set of taps for each output position; the kernels view the
 input as [planes, D, H, W] (1-d and 2-d pooling have leading spatial dims of 1). Max propagates NaN
@@ -197,8 +196,7 @@ def pool_kernel(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype,
         if problem:
             raise ValueError(f"the {SIZES_AT_LAUNCH} kernel does not take {spec}: {problem}")
         launch = sized_launch(spec, input_shape, dtype, threads, groups, outputs, flat)
-        per_output = launch["flat"] and launch["outputs"] == 1
-        return (flat_sizes_at_launch_kernel if per_output else sizes_at_launch_kernel)(spec, dtype, launch)
+        return sizes_at_launch_kernel(spec, dtype, launch)
     if kernel == "planes":
         return whole_input_kernel(spec, input_shape, dtype, threads or PLANES_PER_BLOCK, staged)
     if kernel == "lanes":
@@ -790,7 +788,9 @@ SIZE_NAMES = ("D", "H", "W")  # the input's spatial sizes (3-d view) as the kern
 OUT_NAMES = ("oD", "oH", "oW")
 GRID_X_LIMIT = 2**31 - 1  # CUDA's limit on gridDim.x
 BLOCK_SMALL = 128  # threads per block, as the vectors kernel's default launch
-RESIDENT_THREADS = 2048  # threads an SM holds at once (sm_80, sm_90)
+MAX_THREADS = 1024  # CUDA's most threads a block
+VECTOR_OUTPUTS = 4  # outputs a thread over rows of whole vectors (at least: the windows' stride may ask more)
+TAP_OUTPUTS = 2  # outputs a thread counted flat over rows loaded a tap at a time
 # Threads a block puts along an output row (``groups``), each taking ``outputs`` adjacent outputs;
 # the block's other threads take further planes. Rows of whole vectors: four threads of four or
 # more outputs, 16-byte loads, so that a warp reads runs of 64 contiguous bytes and a column tile
@@ -829,37 +829,35 @@ def sized_launch(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
     thread, and their order: ``flat``, counted flat, or ``groups`` along an output row in row
     tiles) and the decisions its code takes from the sizes, each a class of them: ``vector``, the
     elements a load takes (16 bytes where rows are whole vectors, else 1), ``wide``, whether
-    indices need 64 bits. By default rows of whole vectors are counted flat, as the per-shape
-    vectors kernel counts them (see :func:`sizes_at_launch_kernel`), and so are averages over
-    other rows whose outputs fit one wave (:func:`fits_one_wave`), a thread an output
-    (:func:`flat_sizes_at_launch_kernel`). Max pools over such rows keep the row tiles: their few
-    taps a thread cost less than the flat index's divisions (H100, kernel time: 4 x 32 x 33 x 47
-    2 x 2 windows 1.70 µs row tiles, 1.79 flat; a 2 x 2 x 2 3-d pool 1.73 and 1.79; a 1-d 1.65
-    and 1.70, where averages ran faster flat: 3 x 48 x 41 x 29 5 x 3 windows 2.22 against 3.12)."""
+    indices need 64 bits.
+
+    By default threads are counted flat (:func:`sizes_at_launch_kernel`), four outputs a thread
+    over rows of whole vectors and two over other rows, whose taps load one at a time. Measured
+    on the catalog's pools (H100, kernel time; these launches against the row tiles' best and the
+    flat launch of one output a thread): alexnet-ceil 55 x 55 bf16 max 7.34 µs against 12.56 and
+    9.38, ceil-divisor avg 2.88 against 4.80 and 3.55, resnet-stem 19.65 against 22.58, c3d-pool1
+    81.2 against 82.1. Eight outputs a thread ran twice as slow as four wherever both applied
+    (resnet-stem 38.4, c3d-pool1 152.4), so rows whose windows' stride would take eight for their
+    first taps to be whole vectors apart (an odd stride over 16-bit rows, sincnet's 3: 24.1
+    against the per-shape kernel's 8.7) load a tap at a time instead."""
     vector = VECTOR_BYTES // dtype.itemsize
-    if spec.spatial_in[-1] % vector:
-        vector = 1
+    step = vector // math.gcd(vector, _sliding(spec)[1][2])  # outputs whose first taps are vectors apart
+    if spec.spatial_in[-1] % vector or step > VECTOR_OUTPUTS:
+        vector, step = 1, 1
     pooled = math.prod((*input_shape[:2], *spec.spatial_out))
     # A flat thread number runs up to a block past the last output.
-    wide = wide_indices(input_shape) or wide_indices((pooled + RESIDENT_THREADS,))
-    if flat is None:
-        flat = groups is None and (vector > 1 or (spec.mode == "avg" and fits_one_wave(pooled)))
-    if flat and vector == 1 and (outputs or 1) == 1:
-        return {"kernel": SIZES_AT_LAUNCH, "threads": threads or BLOCK, "groups": None, "outputs": 1, "vector": 1,
-                "wide": wide, "flat": True}
-    # Outputs a thread: their first taps must be whole vectors apart (a multiple of ``step``);
-    # four or so, unless their taps would crowd the registers (long windows, large strides).
-    step = vector // math.gcd(vector, _sliding(spec)[1][2])
+    wide = wide_indices(input_shape) or wide_indices((pooled + MAX_THREADS,))
+    flat = groups is None if flat is None else flat
     if not outputs:
-        outputs = step * -(-4 // step) if vector > 1 else 1
+        outputs = step * -(-VECTOR_OUTPUTS // step) if vector > 1 else TAP_OUTPUTS if flat else 1
         if held_taps(spec, vector, outputs) > TAPS_PER_THREAD:
             outputs = step
-    threads = threads or BLOCK_SMALL
     if outputs % step:
         raise ValueError(f"outputs must be a multiple of {step}, got {outputs}")
     if flat:
-        return {"kernel": SIZES_AT_LAUNCH, "threads": threads, "groups": None, "outputs": outputs, "vector": vector,
-                "wide": wide, "flat": True}
+        return {"kernel": SIZES_AT_LAUNCH, "threads": threads or (BLOCK if outputs == 1 else BLOCK_SMALL),
+                "groups": None, "outputs": outputs, "vector": vector, "wide": wide, "flat": True}
+    threads = threads or BLOCK_SMALL
     row_groups = ROW_GROUPS["vectors" if vector > 1 else "taps"]
     few_planes = math.prod(input_shape[:2]) < threads // row_groups
     groups = groups or (FEW_PLANES_GROUPS if few_planes else row_groups)
@@ -867,15 +865,6 @@ def sized_launch(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
         raise ValueError(f"groups must divide threads ({threads}), got {groups}")
     return {"kernel": SIZES_AT_LAUNCH, "threads": threads, "groups": groups, "outputs": outputs, "vector": vector,
             "wide": wide, "flat": False}
-
-
-def fits_one_wave(outputs: int) -> bool:
-    """Whether a thread an output fills the GPU's SMs at most once (2048 threads each). There the
-    row tiles' grid loses twice: a column tile mostly past the row's end idles its threads (16
-    wide on 35 outputs: a quarter of them), and the spare blocks make a second wave. AvgPool2d of
-    192 planes of 35 x 35, 3 x 3: 2520 blocks of 128 threads ran 3.9 µs, a thread an output
-    (919 blocks of 256, built for the shape) 2.1 (H100)."""
-    return outputs <= multiprocessors() * RESIDENT_THREADS
 
 
 def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> str | None:
@@ -898,24 +887,21 @@ def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.
 
 def sized_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> list[dict]:
     """The sizes-at-launch kernel's launch configs, its default first (none: it does not take
-    the workload): both row classes, whichever the planes would pick, and threads counted flat,
-    one output a thread or several."""
+    the workload): threads counted flat (over rows loaded a tap at a time one output a thread,
+    or four, too), then the row tiles of both row classes, whichever the planes would pick."""
     if sized_unsupported(spec, input_shape, dtype):
         return []
     default = sized_launch(spec, input_shape, dtype)
-    flat_launch = sized_launch(spec, input_shape, dtype, flat=True)
+    flat = [{"kernel": SIZES_AT_LAUNCH, "threads": t, "flat": True} for t in dict.fromkeys((default["threads"], BLOCK))]
+    if default["vector"] == 1:
+        flat += [{"kernel": SIZES_AT_LAUNCH, "threads": t, "flat": True, "outputs": n}
+                 for t, n in ((BLOCK, 1), (BLOCK_SMALL, 1), (BLOCK_SMALL, 2 * TAP_OUTPUTS))]
     first = sized_launch(spec, input_shape, dtype, flat=False)["groups"]
     # Twice the planes a block too: small images make thousands of 128-thread blocks.
     tiles = [{"kernel": SIZES_AT_LAUNCH, "threads": BLOCK_SMALL, "groups": g}
              for g in dict.fromkeys((first, *ROW_GROUPS.values(), FEW_PLANES_GROUPS))] + [
         {"kernel": SIZES_AT_LAUNCH, "threads": 2 * BLOCK_SMALL, "groups": first}]
-    flat = [{"kernel": SIZES_AT_LAUNCH, "threads": t, "flat": True}
-            for t in dict.fromkeys((flat_launch["threads"], BLOCK, BLOCK_SMALL))]
-    # Several outputs a thread, which load the taps their windows share once: twice a vector
-    # row's default, or 2 and 4 of a row that loads a tap at a time.
-    flat += [{"kernel": SIZES_AT_LAUNCH, "threads": BLOCK_SMALL, "flat": True, "outputs": n}
-             for n in ((2 * flat_launch["outputs"],) if flat_launch["vector"] > 1 else (2, 4))]
-    return flat + tiles if default["flat"] else tiles + flat
+    return flat + tiles
 
 
 def _sized_build(spec: Pooling, dtype: torch.dtype, launch: dict):
@@ -1115,63 +1101,6 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
                         Y[_flat_element(rank, offset)] = result[t, c]
 
     return _sized_kernel_spec(main, spec, dtype, {**launch, "span": span})
-
-
-def flat_sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> KernelSpec:
-    """Sliding windows over rows that are not whole vectors, one build for every size of a launch
-    class, a thread an output counted flat (as the per-shape window kernel, predicated): it
-    divides its index by the output sizes to find its window, in 32-bit variables (TileLang
-    makes an index it cannot bound 64-bit, and a 64-bit division is a call), loads every tap from
-    an address clamped into the input, all before any is used, and masks the taps outside after
-    (a max of contiguous taps needs no mask: the nearest element is in its window already).
-    Where the outputs fit one wave (:func:`fits_one_wave`) this fills the SMs without the row
-    tiles' idle columns and second wave."""
-    import tilelang.language as T
-
-    spec, dt, at, index, (planes, ins, outs) = _sized_build(spec, dtype, launch)
-    rank = len(spec.spatial_in)
-    sizes = D, H, W = _as_3d(ins, 1)
-    oD, oH, oW = _as_3d(outs, 1)
-    taps_, stride, padding, dilation = _sliding(spec)
-    (kD, kH, kW) = taps_
-    block = launch["threads"]
-    total = planes * oD * oH * oW
-    identity = _identity(spec, at)
-    masks = not clamps_into_window(spec, (0, 1, 2))
-    positive = functools.reduce(T.And, [size > 0 for size in (planes, *ins, *outs)])
-
-    @T.prim_func
-    def main(X: T.Tensor((planes, *ins), dt), Y: T.Tensor((planes, *outs), dt)):
-        with T.Kernel(T.ceildiv(total, block), threads=block, prelude=prelude(spec)) as bx:
-            T.evaluate(T.assume(positive))
-            idx, rest, offset = T.alloc_var(index), T.alloc_var(index), T.alloc_var(index)
-            od, oh, ow, plane = (T.alloc_var(index) for _ in range(4))
-            acc, v = T.alloc_var(at), T.alloc_var(at)  # v: a tap, cast once
-            for t in T.Parallel(block):
-                # The last block's spare threads compute the last output again and store nothing.
-                # Truncating division: the index is not negative, which floor division would test.
-                idx = T.min(bx * block + t, total - 1)
-                ow = T.truncmod(idx, oW)
-                rest = T.truncdiv(idx, oW)
-                oh = T.truncmod(rest, oH)
-                rest = T.truncdiv(rest, oH)
-                od = T.truncmod(rest, oD)
-                plane = T.truncdiv(rest, oD)
-                starts = tuple(o * s - p for o, s, p in zip((od, oh, ow), stride, padding, strict=True))
-                acc = identity
-                for i, j, k in T.grid(kD, kH, kW):  # unrolled by nvcc: every load issued before the sums
-                    d, h, w = (s + tap * dl for s, tap, dl in zip(starts, (i, j, k), dilation, strict=True))
-                    offset = ((plane * D + _clamped(d, D)) * H + _clamped(h, H)) * W + _clamped(w, W)
-                    v = T.Cast(at, X[_flat_element(rank, offset)])
-                    if masks:
-                        inside = (d >= 0) & (d < D) & (h >= 0) & (h < H) & (w >= 0) & (w < W)
-                        acc = T.if_then_else(inside, _accumulate(spec, acc, v, at), acc)
-                    else:
-                        acc = _accumulate(spec, acc, v, at)
-                if bx * block + t < total:
-                    Y[_flat_element(rank, idx)] = T.Cast(dt, _result(spec, acc, starts, sizes, taps_, sizes, padding))
-
-    return _sized_kernel_spec(main, spec, dtype, dict(launch))
 
 
 def _clamped(x, n):

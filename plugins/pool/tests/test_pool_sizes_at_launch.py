@@ -147,9 +147,8 @@ SHARED_BUILDS = [
 @pytest.mark.parametrize("op_name,params", SHARED_BUILDS)
 def test_one_build_serves_every_size_of_its_key_on_the_cpu_target(op_name, params, flat):
     """Each key's build, compiled once for the CPU target, computes every workload of that key:
-    row tiles, two row classes x two plane classes; by default rows of whole vectors counted flat
-    (one key for both plane classes), and for averages the other rows too, a thread an output
-    (these sizes fit one wave)."""
+    by default threads counted flat, a key per row class (whole vectors or not); row tiles, two
+    row classes x two plane classes."""
     from npuops_pool.pool_kernel import kernel_key, pool_kernel
 
     op = REGISTRY.op(op_name)
@@ -162,14 +161,14 @@ def test_one_build_serves_every_size_of_its_key_on_the_cpu_target(op_name, param
         key = kernel_key(*spec_of_w, **config)
         if key not in built:
             spec = pool_kernel(*spec_of_w, **config)
-            assert spec.config["flat"] == (flat is None and (spec.config["vector"] > 1 or op_name.startswith("Avg")))
+            assert spec.config["flat"] == (flat is None)
             built[key] = spec.bind(compile_kernel(spec.prim_func, pass_configs=spec.pass_configs, target=CPU_TARGET), torch.device("cpu"))
         result = check(op, w, built[key], CPUDevice(), seed=seed)
         assert result.ok, (shape, result.detail)
         served[key] = served.get(key, 0) + 1
     if flat is None:
         assert op.kernel_key(w) in built  # the default launch's key is among them
-        assert sorted(served.values()) == ([4, 4] if op_name.startswith("Avg") else [2, 2, 4])
+        assert sorted(served.values()) == [4, 4]
     else:
         assert len(built) == 4 and set(served.values()) == {2}
 
@@ -214,42 +213,37 @@ def test_nan_reaches_exactly_its_windows_on_the_cpu_target(op_name, params):
 
 
 def test_launch_classes_and_variants():
-    """Rows of whole vectors load them, 4+ outputs a thread, threads counted flat; other rows a tap
-    a load, a thread an output, in row tiles 16 along a row (few planes: 32). Every class is a
-    variant, the per-shape kernels after them."""
-    from npuops_pool.pool_kernel import sized_launch
+    """Threads counted flat: rows of whole vectors load them, four outputs a thread; other rows
+    (and odd strides over 16-bit rows) a tap a load, two outputs a thread. The row tiles (16
+    along a row that loads a tap at a time, 32 with few planes) and one output a thread are
+    variants, the per-shape kernels after them."""
+    from npuops_pool.pool_kernel import kernel_key, sized_launch
 
     op = REGISTRY.op("MaxPool2dFwd")
 
-    def launch(shape, dtype="bf16"):
-        w = make_workload("MaxPool2dFwd", shape, dtype, **STEM)
+    def launch(shape, dtype="bf16", **params):
+        w = make_workload("MaxPool2dFwd", shape, dtype, **(params or STEM))
         return sized_launch(op.pooling(w), w.shapes["input"], w.dtype_of("input"))
 
     classes = ("vector", "groups", "outputs", "flat")
     assert {k: launch((32, 64, 112, 112))[k] for k in classes} == {"vector": 8, "groups": None, "outputs": 4, "flat": True}
-    assert launch((1, 3, 112, 112)) == launch((32, 64, 112, 112))  # counted flat, the planes make no class
-    assert {k: launch((32, 64, 111, 111))[k] for k in classes} == {"vector": 1, "groups": 16, "outputs": 1, "flat": False}
-    assert launch((1, 3, 111, 111))["groups"] == 32
-    # Averages over rows not of whole vectors whose outputs fit one wave: a thread an output,
-    # counted flat; max pools keep the row tiles, and take the flat launch as a variant.
-    assert not launch((1, 3, 111, 111))["flat"]
-    avg = REGISTRY.op("AvgPool2dFwd")
-    small, large = (make_workload("AvgPool2dFwd", shape, "bf16", **STEM) for shape in ((1, 3, 111, 111), (32, 64, 111, 111)))
-    assert avg.tilelang_variants(small)[0] == {"kernel": "sizes_at_launch", "threads": 256, "flat": True}
-    assert avg.tilelang_variants(large)[0]["kernel"] == "sizes_at_launch" and not avg.tilelang_variants(large)[0].get("flat")
-    assert {"kernel": "sizes_at_launch", "threads": 128, "groups": 32} in avg.tilelang_variants(small)  # row tiles: variants
-    assert {"kernel": "sizes_at_launch", "threads": 256, "flat": True} in op.tilelang_variants(
-        make_workload("MaxPool2dFwd", (1, 3, 111, 111), "bf16", **STEM))
+    assert launch((1, 3, 112, 112)) == launch((32, 64, 112, 112))  # the planes make no class
+    assert {k: launch((32, 64, 111, 111))[k] for k in classes} == {"vector": 1, "groups": None, "outputs": 2, "flat": True}
     assert launch((32, 64, 112, 112), "f32")["vector"] == 4
+    assert launch((32, 64, 112, 112), kernel_size=3, stride=3)["vector"] == 1  # 8 outputs a thread: a tap a load
+    assert launch((32, 64, 112, 112), "f32", kernel_size=3, stride=3)["vector"] == 4
+    w = make_workload("MaxPool2dFwd", (1, 3, 111, 111), "bf16", **STEM)
+    variants = op.tilelang_variants(w)
+    assert variants[0] == {"kernel": "sizes_at_launch", "threads": 128, "flat": True}
+    assert {"kernel": "sizes_at_launch", "threads": 256, "flat": True, "outputs": 1} in variants
+    assert {"kernel": "sizes_at_launch", "threads": 128, "groups": 32} in variants  # few planes: a row a block
     w = make_workload("MaxPool2dFwd", (32, 64, 112, 112), "bf16", **STEM)
-    kernels = [v["kernel"] for v in op.tilelang_variants(w)]
+    variants = op.tilelang_variants(w)
+    kernels = [v["kernel"] for v in variants]
     assert kernels[:4] == ["sizes_at_launch"] * 4 and "vectors" in kernels and "window" in kernels
-    assert {"kernel": "sizes_at_launch", "threads": 256, "groups": 4} in op.tilelang_variants(w)  # row tiles: variants
-    assert {"kernel": "sizes_at_launch", "threads": 128, "flat": True, "outputs": 8} in op.tilelang_variants(w)
+    assert {"kernel": "sizes_at_launch", "threads": 128, "groups": 4} in variants
     # The per-shape kernels keep their own keys: the shape is in them.
-    vectors = next(v for v in op.tilelang_variants(w) if v["kernel"] == "vectors")
-    from npuops_pool.pool_kernel import kernel_key
-
+    vectors = next(v for v in variants if v["kernel"] == "vectors")
     assert (32, 64, 112, 112) in kernel_key(op.pooling(w), w.shapes["input"], w.dtype_of("input"), **vectors).shared
 
 
@@ -273,32 +267,35 @@ SIZE_DIVISION = re.compile(r"[/%]\s*\(*(\(int64_t\))?\(*(planes|D|H|W|oD|oH|oW)\
 
 
 def test_catalog_workloads_compile_for_sm90a_with_no_division_by_a_size():
-    """Every catalog workload's default build (one per key), as the GPU builds it: the row tiles
-    divide only their block's number by the sizes (the same in every thread of a block); threads
-    counted flat divide their number by the output sizes, in 32 bits (64-bit only to address)."""
-    from npuops_pool.pool_kernel import pool_kernel
+    """Every catalog workload's default build (one per key), as the GPU builds it, and each op's
+    row tiles: threads counted flat divide their number by the output sizes, in 32 bits (64 only
+    to address); the row tiles divide only their block's number (the same in every thread)."""
+    from npuops_pool.pool_kernel import kernel_key, pool_kernel
 
-    seen, flat = set(), set()
+    seen, orders = set(), set()
     for op_name in sorted(name for name, op in REGISTRY.ops.items() if op.family == "pool"):
         op = REGISTRY.op(op_name)
-        for w in op.workloads:
-            if op.kernel_key(w) in seen:
-                continue
-            seen.add(op.kernel_key(w))
-            spec = pool_kernel(op.pooling(w), w.shapes["input"], w.dtype_of("input"))
-            source = compile_kernel(spec.prim_func, arch="sm_90a", pass_configs=spec.pass_configs).get_kernel_source()
-            assert "__global__" in source, (op_name, w.id)
-            if spec.config["kernel"] == "sizes_at_launch":
+        for n, w in enumerate(op.workloads):
+            sized = op.tilelang_variants(w)[0]["kernel"] == "sizes_at_launch"
+            configs = [{}] + ([{"kernel": "sizes_at_launch", "flat": False}] if sized and n == 0 else [])
+            for config in configs:
+                key = kernel_key(op.pooling(w), w.shapes["input"], w.dtype_of("input"), **config)
+                if key in seen:
+                    continue
+                seen.add(key)
+                spec = pool_kernel(op.pooling(w), w.shapes["input"], w.dtype_of("input"), **config)
+                source = compile_kernel(spec.prim_func, arch="sm_90a", pass_configs=spec.pass_configs).get_kernel_source()
+                assert "__global__" in source, (op_name, w.id)
+                if spec.config["kernel"] != "sizes_at_launch":
+                    continue
                 body = source[source.index("__launch_bounds__"):]
-                if spec.config["flat"]:
-                    widened = set(re.findall(r"\(int64_t\)\w+", body)) - {"(int64_t)offset", "(int64_t)4", "(int64_t)8"}
-                    assert SIZE_DIVISION.search(body) and not widened, (op_name, w.id, widened)
-                else:
-                    divides = [line for line in body.splitlines() if SIZE_DIVISION.search(line)]
-                    assert divides and all("blockIdx.x) /" in line or "blockIdx.x) %" in line for line in divides), (
-                        op_name, w.id, divides)
-                flat.add(spec.config["flat"])
-    assert flat == {True, False}
+                divides = [line for line in body.splitlines() if SIZE_DIVISION.search(line)]
+                widened = set(re.findall(r"\(int64_t\)\w+", body)) - {"(int64_t)offset", "(int64_t)4", "(int64_t)8"}
+                assert divides and not widened, (op_name, w.id, widened)
+                if not spec.config["flat"]:
+                    assert all("blockIdx.x) /" in line or "blockIdx.x) %" in line for line in divides), (op_name, w.id, divides)
+                orders.add(spec.config["flat"])
+    assert orders == {True, False}
 
 
 def test_rows_of_whole_vectors_load_16_bytes_at_once_on_sm90a():
