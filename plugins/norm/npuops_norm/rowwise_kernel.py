@@ -29,10 +29,10 @@ F32 = "float32"
 COMPILER_FENCE = 'static __device__ __forceinline__ void npuops_compiler_fence() { asm volatile("" ::: "memory"); }\n'
 ROUNDING_MAGIC = 12582912.0  # 1.5 * 2^23: x + it rounds x (|x| < 2^22) to an integer, half to even
 MAX_THREADS = 1024
-# Rows one warp holds whole may take several a block, a warp each (a tuning variant, not run on a
-# GPU yet): a block a row made 4096 blocks of 32 threads of Qwen's 4096 x 128 head-dim rows, 3.84
-# µs of kernel time against torch.compile's 1.92 (H100), whose Triton kernel takes several rows a
-# program.
+# Rows one warp holds whole take several a block, a warp each, where they fill two blocks an SM
+# (see launch_variants; not measured yet): a block a row made 4096 blocks of 32 threads of Qwen's
+# 4096 x 128 head-dim rows, 3.84 µs of kernel time against torch.compile's 1.92 (H100), whose
+# Triton kernel takes several rows a program.
 PACKED_ROWS = (4, 8)
 # Launch rule read off a sweep of launches on the H200: about 32
 # elements per thread was fastest or within 2% at 4096, 8192 and 16384 wide rows (1024
@@ -344,8 +344,11 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
                      {"threads": threads * 2, "min_blocks": 1, "cluster": blocks // 2}]
         variants = [*clustered, *({**config, "exchange_barriers": True} for config in clustered), *variants]
     if packable(spec) and rows > FEW_ROWS and variants[0]["threads"] == WARP:
-        variants += [{"threads": WARP * packed, "min_blocks": variants[0]["min_blocks"], "rows_per_block": packed}
-                     for packed in PACKED_ROWS if reduces_groups(packed, WARP * packed, hidden)]
+        # Rows a warp holds, several a block, the most first: the rule's where the rows fill two
+        # blocks an SM (row_class's last class), a variant elsewhere.
+        packs = [{"threads": WARP * packed, "min_blocks": variants[0]["min_blocks"], "rows_per_block": packed}
+                 for packed in sorted(PACKED_ROWS, reverse=True) if reduces_groups(packed, WARP * packed, hidden)]
+        variants = packs + variants if rows > one_wave_rows() * MIN_BLOCKS_PER_SM else variants + packs
     if pipelines(spec, rows, hidden):  # the rule's launch first (unpadded: its threads divide the row)
         rule = {"threads": variants[0]["threads"], "min_blocks": PIPELINED_BLOCKS_PER_SM, "pipelined": True}
         variants = [rule, *(v for v in variants if v != rule)]
