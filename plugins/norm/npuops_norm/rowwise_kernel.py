@@ -30,9 +30,7 @@ COMPILER_FENCE = 'static __device__ __forceinline__ void npuops_compiler_fence()
 ROUNDING_MAGIC = 12582912.0  # 1.5 * 2^23: x + it rounds x (|x| < 2^22) to an integer, half to even
 MAX_THREADS = 1024
 # Rows one warp holds whole take several a block, a warp each, where they fill two blocks an SM
-# (see launch_variants; not measured yet): a block a row made 4096 blocks of 32 threads of Qwen's
-# 4096 x 128 head-dim rows, 3.84 µs of kernel time against torch.compile's 1.92 (H100), whose
-# Triton kernel takes several rows a program.
+# (packed_rows): Triton's kernel (torch.compile) takes several rows a program too.
 PACKED_ROWS = (4, 8)
 # Launch rule read off a sweep of launches on the H200: about 32
 # elements per thread was fastest or within 2% at 4096, 8192 and 16384 wide rows (1024
@@ -344,11 +342,10 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
                      {"threads": threads * 2, "min_blocks": 1, "cluster": blocks // 2}]
         variants = [*clustered, *({**config, "exchange_barriers": True} for config in clustered), *variants]
     if packable(spec) and rows > FEW_ROWS and variants[0]["threads"] == WARP:
-        # Rows a warp holds, several a block, the most first: the rule's where the rows fill two
-        # blocks an SM (row_class's last class), a variant elsewhere.
+        # Rows a warp holds, several a block, the most first: the rule's where packed_rows says.
         packs = [{"threads": WARP * packed, "min_blocks": variants[0]["min_blocks"], "rows_per_block": packed}
                  for packed in sorted(PACKED_ROWS, reverse=True) if reduces_groups(packed, WARP * packed, hidden)]
-        variants = packs + variants if rows > one_wave_rows() * MIN_BLOCKS_PER_SM else variants + packs
+        variants = packs + variants if packed_rows(spec, shape, dtype) > 1 else variants + packs
     if pipelines(spec, rows, hidden):  # the rule's launch first (unpadded: its threads divide the row)
         rule = {"threads": variants[0]["threads"], "min_blocks": PIPELINED_BLOCKS_PER_SM, "pipelined": True}
         variants = [rule, *(v for v in variants if v != rule)]
@@ -381,6 +378,20 @@ def pipelinable(spec: RowNorm) -> bool:
     return stageable(spec) and not spec.residual
 
 
+def packed_rows(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    """Rows a block takes by the launch rule: several, a warp each (the most that split evenly),
+    where the rule gives a row one warp and the rows fill two blocks an SM (row_class's last
+    class, so no build class of its own); else one. RMSNorm 4096 x 128 bf16 (H100, kernel
+    time): 8 rows a block 2.05 µs, 4 rows 2.13, a block a row 3.82 at best (torch.compile
+    1.92-3.86 in three runs)."""
+    hidden, rows = shape[-1] * spec.segments, math.prod(shape[:-1]) // spec.segments
+    if not packable(spec) or rows <= one_wave_rows() * MIN_BLOCKS_PER_SM:
+        return 1
+    if launch_threads(hidden, dtype.itemsize, elements_per_thread(spec, rows, hidden))[0] != WARP:
+        return 1
+    return next((n for n in sorted(PACKED_ROWS, reverse=True) if reduces_groups(n, WARP * n, hidden)), 1)
+
+
 def packable(spec: RowNorm) -> bool:
     """Whether a block may take several rows (``rowwise_kernel(rows_per_block=...)``), a group of
     whole warps each: plain rows whose operands are per column (no per-row gain, AdaLN samples or
@@ -409,7 +420,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
                    tile_allreduce: bool = False, cluster: int | None = None, welford: bool = True,
                    staged: bool = False, chunked: bool = False, f32_row: bool | None = None,
                    pipelined: bool | None = None, evict_last: bool | None = None,
-                   exchange_barriers: bool = False, rows_per_block: int = 1) -> KernelSpec:
+                   exchange_barriers: bool = False, rows_per_block: int | None = None) -> KernelSpec:
     """The kernel for rows of ``shape`` (leading dims are rows; the last is normalized; with
     ``spec.segments`` the first dim is the segments). ``threads``, ``min_blocks`` (blocks per
     SM the registers are budgeted for) and ``prefetch`` (per-row operands loaded with the row)
@@ -430,10 +441,12 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     ``exchange_barriers`` has a cluster's blocks exchange their reductions' results through an
     mbarrier each rather than a cluster barrier each (block_reduce.cluster_sharer);
     ``rows_per_block`` has each block take that many rows, each as a group of whole warps
-    (:func:`packable`; ``threads`` then counts all the block's)."""
+    (:func:`packable`; ``threads`` then counts all the block's; by default as :func:`packed_rows` says)."""
     import tilelang.language as T
 
     rule_launch = threads is None and min_blocks is None
+    if rows_per_block is None:
+        rows_per_block = packed_rows(spec, shape, dtype) if rule_launch and cluster is None else 1
     segs = spec.segments
     hidden = shape[-1]
     rows = math.prod(shape[:-1]) // segs

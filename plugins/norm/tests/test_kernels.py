@@ -480,16 +480,20 @@ def test_rows_no_power_of_two_divides_offer_wider_blocks():
         assert "__global__" in compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
 
 
-def test_rows_one_warp_holds_offer_several_rows_a_block():
-    """Rows a warp holds whole (Qwen's 128-wide head-dim rows) offer blocks of 4 and 8 rows, a warp
-    each, after the rule's block a row; the rows past the last of a partial block are neither read
+def test_rows_one_warp_holds_take_several_rows_a_block():
+    """Rows a warp holds whole (Qwen's 128-wide head-dim rows) take blocks of 8 rows by rule where
+    they fill two blocks an SM, 4 as a variant, a block a row after them; fewer rows keep a block
+    a row (the packed blocks variants); the rows past the last of a partial block are neither read
     out of bounds nor stored. Not where a row takes more than a warp, nor for per-row operands."""
-    from npuops_norm.rowwise_kernel import launch_variants, rowwise_kernel
+    from npuops_norm.rowwise_kernel import launch_variants, one_wave_rows, rowwise_kernel
 
     variants = launch_variants(RMS, (4096, 128), torch.bfloat16)
-    assert variants[0]["threads"] == 32 and "rows_per_block" not in variants[0]
     packed = [v for v in variants if v.get("rows_per_block", 1) > 1]
-    assert [(v["threads"], v["rows_per_block"]) for v in packed] == [(128, 4), (256, 8)]
+    assert [(v["threads"], v["rows_per_block"]) for v in packed] == [(256, 8), (128, 4)] and variants[0] == packed[0]
+    assert rowwise_kernel(RMS, (4096, 128), torch.bfloat16).config["rows_per_block"] == 8  # the rule's
+    few = one_wave_rows() * 2
+    assert "rows_per_block" not in launch_variants(RMS, (few, 128), torch.bfloat16)[0]
+    assert rowwise_kernel(RMS, (few, 128), torch.bfloat16).config["rows_per_block"] == 1
     for config in packed:
         spec = rowwise_kernel(RMS, (4099, 128), torch.bfloat16, **config)
         assert spec.config["rows_per_block"] == config["rows_per_block"] and spec.config["warp_reduce"]
