@@ -869,20 +869,26 @@ def sized_launch(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype
 
 def sized_unsupported(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> str | None:
     """Why the sizes-at-launch kernel does not take a workload (None: it does): it takes sliding
-    windows that are not the whole input, whose blocks (a plane block, output row and layer each,
-    of its smallest tiles, so that every launch class of its key takes it) fit CUDA's grid."""
+    windows that are not the whole input, whose taps a thread holds in registers and whose
+    blocks (its default launch's) fit CUDA's grid."""
     if spec.adaptive or covers_whole_input(spec):
         return "adaptive and whole-input windows take kernels of their own"
-    oD, oH, oW = _as_3d(spec.spatial_out, 1)
-    launch = sized_launch(spec, input_shape, dtype, flat=False)
+    launch = sized_launch(spec, input_shape, dtype)
     if held_taps(spec, launch["vector"], launch["outputs"]) > TAPS_PER_THREAD:
         return f"a thread's taps of a depth slice would take more than {TAPS_PER_THREAD} registers"
-    narrowest = min(ROW_GROUPS.values()) * launch["outputs"]
-    layers = oD if len(spec.spatial_out) == 3 else -(-oW // narrowest)
-    planes = math.prod(input_shape[:2])
-    if -(-planes // (launch["threads"] // FEW_PLANES_GROUPS)) * oH * layers > GRID_X_LIMIT:
-        return f"output sizes {spec.spatial_out} of {planes} planes need more than {GRID_X_LIMIT} blocks"
+    if sized_blocks(spec, input_shape, launch) > GRID_X_LIMIT:
+        return f"output sizes {spec.spatial_out} of {math.prod(input_shape[:2])} planes need more than {GRID_X_LIMIT} blocks"
     return None
+
+
+def sized_blocks(spec: Pooling, input_shape: tuple[int, ...], launch: dict) -> int:
+    """The blocks a sizes-at-launch ``launch`` (of :func:`sized_launch`) runs for a workload."""
+    oD, oH, oW = _as_3d(spec.spatial_out, 1)
+    planes, outputs, threads = math.prod(input_shape[:2]), launch["outputs"], launch["threads"]
+    if launch["flat"]:
+        return -(-planes * oD * oH * -(-oW // outputs) // threads)
+    layers = oD if len(spec.spatial_out) == 3 else -(-oW // (launch["groups"] * outputs))
+    return -(-planes // (threads // launch["groups"])) * oH * layers
 
 
 def sized_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dtype) -> list[dict]:
@@ -901,7 +907,8 @@ def sized_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
     tiles = [{"kernel": SIZES_AT_LAUNCH, "threads": BLOCK_SMALL, "groups": g}
              for g in dict.fromkeys((first, *ROW_GROUPS.values(), FEW_PLANES_GROUPS))] + [
         {"kernel": SIZES_AT_LAUNCH, "threads": 2 * BLOCK_SMALL, "groups": first}]
-    return flat + tiles
+    return flat + [config for config in tiles if sized_blocks(spec, input_shape, sized_launch(
+        spec, input_shape, dtype, config["threads"], config["groups"])) <= GRID_X_LIMIT]
 
 
 def _sized_build(spec: Pooling, dtype: torch.dtype, launch: dict):

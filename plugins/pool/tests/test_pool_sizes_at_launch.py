@@ -262,6 +262,21 @@ def test_grids_past_cudas_limits_long_windows_and_global_windows_keep_the_per_sh
     assert op.tilelang_variants(seven)[0]["kernel"] == "sizes_at_launch"
 
 
+def test_launches_past_cudas_grid_are_no_variants():
+    """A row tile of few planes a block (FEW_PLANES_GROUPS) over 2**33 planes would take 2**31
+    blocks: not offered, where the default (counted flat) takes the workload in 2**27."""
+    from npuops_pool.pool_kernel import GRID_X_LIMIT, sized_blocks, sized_launch
+
+    op = REGISTRY.op("MaxPool2dFwd")
+    few_planes = {"kernel": "sizes_at_launch", "threads": 128, "groups": 32}
+    small, huge = (make_workload("MaxPool2dFwd", shape, "bf16", kernel_size=2, stride=2)
+                   for shape in ((2, 64, 2, 16), (2**17, 2**16, 2, 16)))
+    assert few_planes in op.tilelang_variants(small) and few_planes not in op.tilelang_variants(huge)
+    launch = sized_launch(op.pooling(huge), huge.shapes["input"], torch.bfloat16)
+    assert launch["wide"] and sized_blocks(op.pooling(huge), huge.shapes["input"], launch) == 2**27 < GRID_X_LIMIT
+    assert op.tilelang_variants(huge)[0] == {"kernel": "sizes_at_launch", "threads": 128, "flat": True}
+
+
 # A division or remainder by a size given at launch (their names in the kernel's parameters).
 SIZE_DIVISION = re.compile(r"[/%]\s*\(*(\(int64_t\))?\(*(planes|D|H|W|oD|oH|oW)\b")
 
