@@ -344,7 +344,7 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
     if packable(spec) and rows > FEW_ROWS and variants[0]["threads"] == WARP:
         # Rows a warp holds, several a block, the most first: the rule's where packed_rows says.
         packs = [{"threads": WARP * packed, "min_blocks": variants[0]["min_blocks"], "rows_per_block": packed}
-                 for packed in sorted(PACKED_ROWS, reverse=True) if reduces_groups(packed, WARP * packed, hidden)]
+                 for packed in row_packings(hidden)]
         variants = packs + variants if packed_rows(spec, shape, dtype) > 1 else variants + packs
     if pipelines(spec, rows, hidden):  # the rule's launch first (unpadded: its threads divide the row)
         rule = {"threads": variants[0]["threads"], "min_blocks": PIPELINED_BLOCKS_PER_SM, "pipelined": True}
@@ -389,7 +389,13 @@ def packed_rows(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> in
         return 1
     if launch_threads(hidden, dtype.itemsize, elements_per_thread(spec, rows, hidden))[0] != WARP:
         return 1
-    return next((n for n in sorted(PACKED_ROWS, reverse=True) if reduces_groups(n, WARP * n, hidden)), 1)
+    return next(iter(row_packings(hidden)), 1)
+
+
+def row_packings(hidden: int) -> list[int]:
+    """Rows of ``hidden`` a block may take, a warp each (:data:`PACKED_ROWS` whose rows split
+    evenly over the warps' shares), the most first."""
+    return [n for n in sorted(PACKED_ROWS, reverse=True) if reduces_groups(n, WARP * n, hidden)]
 
 
 def packable(spec: RowNorm) -> bool:

@@ -911,51 +911,6 @@ def sized_variants(spec: Pooling, input_shape: tuple[int, ...], dtype: torch.dty
         spec, input_shape, dtype, config["threads"], config["groups"])) <= GRID_X_LIMIT]
 
 
-def _sized_build(spec: Pooling, dtype: torch.dtype, launch: dict):
-    """What a sizes-at-launch kernel is built from: ``spec`` without its sizes (every size of the
-    key runs this code), the element and accumulator types, the index type, and the sizes it takes
-    at launch (``T.dynamic``): the planes, the input's spatial sizes, the output's."""
-    import tilelang.language as T
-
-    spec = unsized(spec)
-    rank = len(spec.spatial_in)
-    index = "int64" if launch["wide"] else "int32"
-    sizes = (T.dynamic("planes", index), tuple(T.dynamic(name, index) for name in SIZE_NAMES[3 - rank:]),
-             tuple(T.dynamic(name, index) for name in OUT_NAMES[3 - rank:]))
-    return spec, tilelang_dtype(dtype), accumulator_dtype(spec, dtype), index, sizes
-
-
-def _sized_kernel_spec(main, spec: Pooling, dtype: torch.dtype, config: dict) -> KernelSpec:
-    """The KernelSpec of a sizes-at-launch kernel ``main`` (its X and Y shaped by the sizes of
-    :func:`_sized_build`): the output's sizes derived from the input's at launch."""
-    rank = len(spec.spatial_in)
-    in_names, out_names = SIZE_NAMES[3 - rank:], OUT_NAMES[3 - rank:]
-
-    def derived(given):
-        return dict(zip(out_names, output_sizes(spec, [given[n] for n in in_names]), strict=True))
-
-    return KernelSpec(
-        main,
-        (("input", ("planes", *in_names)), ("output", ("planes", *out_names))),
-        {"output": dtype},
-        (("output", (..., *out_names)),),
-        config,
-        # Loads and stores index their tensors flat (see _flat_element) at offsets clamped into
-        # them: TileLang's bounds guard would take the last dim's overrun for out of bounds (a
-        # build without these configs computes wrong results) and, where it cannot prove an index
-        # in bounds, add a branch a tap.
-        pass_configs={"tl.disable_safe_memory_legalize": True},
-        derived=derived,
-    )
-
-
-def _flat_element(rank: int, offset):
-    """The index of a tensor's element ``offset``, counted flat: in the last dim, the others 0,
-    which TileLang flattens to ``offset`` as it is (its bounds guard, which would see the last dim
-    overrun, is off: see :func:`_sized_kernel_spec`)."""
-    return (0,) * rank + (offset,)
-
-
 def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> KernelSpec:
     """Sliding windows, one build for every size of a launch class (:func:`kernel_key`): the
     planes (N * C), the input's and the output's spatial sizes come at launch (``T.dynamic``),
@@ -982,8 +937,13 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     torch.compile 28.0."""
     import tilelang.language as T
 
-    spec, dt, at, index, (planes, ins, outs) = _sized_build(spec, dtype, launch)
+    spec = unsized(spec)  # built from the geometry alone: every size of the key runs this code
+    dt, at = tilelang_dtype(dtype), accumulator_dtype(spec, dtype)
     rank = len(spec.spatial_in)
+    index = "int64" if launch["wide"] else "int32"
+    planes = T.dynamic("planes", index)
+    ins = tuple(T.dynamic(name, index) for name in SIZE_NAMES[3 - rank:])
+    outs = tuple(T.dynamic(name, index) for name in OUT_NAMES[3 - rank:])
     sizes = D, H, W = _as_3d(ins, 1)
     oD, oH, oW = _as_3d(outs, 1)
     taps_, stride, padding, dilation = _sliding(spec)
@@ -997,6 +957,12 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
     def tap(o, dim, k=0):
         """Input position along ``dim`` (0: depth, 1: height, 2: width) of tap k of output o's window."""
         return o * stride[dim] - padding[dim] + k * dilation[dim]
+
+    def element(offset):
+        """The index of the input's (or output's) element ``offset``, counted flat: in the last dim,
+        the others 0, which TileLang flattens to ``offset`` as it is (its bounds guard, which
+        would see the last dim overrun, is off: see pass_configs)."""
+        return (0,) * rank + (offset,)
 
     positive = functools.reduce(T.And, [size > 0 for size in (planes, *ins, *outs)])
     whole_vectors = W % vector == 0
@@ -1086,7 +1052,7 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
                             offset = (((T.min(plane, planes - 1) * D + _clamped(d, D)) * H
                                        + _clamped(h, H)) * (W // vector) + _clamped(piece, W // vector))
                             for e in T.vectorized(vector):
-                                value = X[_flat_element(rank, offset * vector + e)]
+                                value = X[element(offset * vector + e)]
                                 taps[r, t, c * vector + e] = value if inside is True else T.if_then_else(
                                     inside, value, T.Cast(dt, identity))
                     for t, c in T.Parallel(block, outputs):
@@ -1105,9 +1071,26 @@ def sizes_at_launch_kernel(spec: Pooling, dtype: torch.dtype, launch: dict) -> K
                     stores = (T.Cast(index, b) * block + t < total) if flat else (plane < planes)
                     if stores and group * outputs + c < oW:
                         offset = ((plane * oD + depth) * oH + row) * oW + group * outputs + c
-                        Y[_flat_element(rank, offset)] = result[t, c]
+                        Y[element(offset)] = result[t, c]
 
-    return _sized_kernel_spec(main, spec, dtype, {**launch, "span": span})
+    in_names, out_names = SIZE_NAMES[3 - rank:], OUT_NAMES[3 - rank:]
+
+    def derived(given):
+        return dict(zip(out_names, output_sizes(spec, [given[n] for n in in_names]), strict=True))
+
+    return KernelSpec(
+        main,
+        (("input", ("planes", *in_names)), ("output", ("planes", *out_names))),
+        {"output": dtype},
+        (("output", (..., *out_names)),),
+        {**launch, "span": span},
+        # Loads and stores index their tensors flat (see element) at offsets clamped into them:
+        # TileLang's bounds guard would take the last dim's overrun for out of bounds (a build
+        # without these configs computes wrong results) and, where it cannot prove an index in
+        # bounds, add a branch a tap.
+        pass_configs={"tl.disable_safe_memory_legalize": True},
+        derived=derived,
+    )
 
 
 def _clamped(x, n):
