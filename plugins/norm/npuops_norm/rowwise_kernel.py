@@ -539,7 +539,12 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
             return j
         if cluster > 1:
             return slice_start["column"] + j
-        return g * n + j if m == n else T.min(g * n + j, hidden - 1)
+        if m == n:
+            return g * n + j
+        if n % lane_vector == 0:  # a padded row's tail clamped a vector at a time: the loads stay vector loads
+            last = n // lane_vector - 1
+            return g * n + T.min(j // lane_vector, last) * lane_vector + j % lane_vector
+        return T.min(g * n + j, hidden - 1)
 
     def at(row, g, j):
         """Index of element j of group (or segment) g of ``row`` in a row tensor (packed: of

@@ -480,6 +480,22 @@ def test_rows_no_power_of_two_divides_offer_wider_blocks():
         assert "__global__" in compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
 
 
+def test_padded_rows_of_whole_vectors_load_a_vector_at_a_time():
+    """A padded row whose length is whole 16-byte vectors (1000 f32) clamps its masked tail a vector
+    at a time, so its row, weight and bias load as vectors; a row that is not (999) clamps each
+    element. The GPU gate checks both (test_kernel_passes_the_gate_on_every_workload_and_odd_shapes)."""
+    from npuops_norm.rowwise_kernel import rowwise_kernel
+
+    def source(hidden):
+        spec = rowwise_kernel(LAYER_NORM, (300, hidden), torch.float32)
+        assert spec.config["masked"]
+        return compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
+
+    vectors = source(1000)
+    assert all(f"*(float4*)({name} + " in vectors for name in ("X", "W", "B"))
+    assert "float4" not in source(999).split("main_kernel(", 2)[2].split("Y +")[0]
+
+
 def test_rows_one_warp_holds_take_several_rows_a_block():
     """Rows a warp holds whole (Qwen's 128-wide head-dim rows) take blocks of 8 rows by rule where
     they fill two blocks an SM, 4 as a variant, a block a row after them; fewer rows keep a block
