@@ -9,12 +9,14 @@ calls the CUDA runtime, which finds the real driver where they run).
     python scripts/warm-kernel-cache.py [--family norm,pool] [--op RMSNormFwd,...] [--variants]
                                         [--launch-classes] [--jobs 2]
                                         [--workloads benchmarks/off-catalog.toml] [--workload OP/ID,...]
-                                        [--archive off-catalog.tar.xz]
+                                        [--archive off-catalog.tar.xz | --into DIR]
 
 Writes .kcache/cache.tar.xz (git-ignored; --archive names another), adding to what it held
 (--fresh: starting empty); carry ".kcache" with the device call and scripts/h200-session.sh
 unpacks it into the run's TILELANG_CACHE_DIR. ``--workloads`` takes a workloads file's instead of
-the catalog's (as ``npuops run --workloads``), ``--workload`` some of them.
+the catalog's (as ``npuops run --workloads``), ``--workload`` some of them. ``--into`` builds into
+a TileLang cache directory as it is, no archive: on the GPU machine itself, its TILELANG_CACHE_DIR,
+for the kernels of many workloads at once (``npuops warm`` builds them one after another).
 """
 
 import argparse
@@ -98,6 +100,17 @@ def stand_in_driver(folder: Path) -> None:
         os.environ[name] = os.pathsep.join(filter(None, (str(folder), os.environ.get(name))))
 
 
+def build_all(keys: list[str], args: argparse.Namespace, cache: str) -> None:
+    """Build ``keys``' kernels into the TileLang cache ``cache``, ``args.jobs`` at a time."""
+    os.environ.update(TILELANG_CACHE_DIR=cache, NPUOPS_CUDA_ARCH=ARCH, TILELANG_EXECUTION_BACKEND="cython")
+    with tempfile.TemporaryDirectory() as driver:
+        stand_in_driver(Path(driver))
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            jobs = [(key, args.variants, args.launch_classes, args.workloads) for key in keys]
+            for done, error in enumerate(pool.map(build, jobs), 1):
+                print(f"[{done}/{len(keys)}] {error or 'ok'}", file=sys.stderr if error else sys.stdout, flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", help="families, e.g. norm,pool (default: all with kernels)")
@@ -110,6 +123,7 @@ def main() -> int:
     parser.add_argument("--workloads", help="a workloads file (TOML or JSON) whose workloads to build instead of the catalog's")
     parser.add_argument("--workload", help="only these workloads, e.g. RMSNormFwd/X5,LayerNormFwd/X3")
     parser.add_argument("--archive", default="cache.tar.xz", help="the archive's name in .kcache")
+    parser.add_argument("--into", help="a TileLang cache directory to build into, instead of an archive")
     args = parser.parse_args()
 
     registry, added = _registry(args.workloads)
@@ -126,20 +140,18 @@ def main() -> int:
         keys += [w.key for w in op.workloads if op.kernel_unsupported(w) is None
                  and (user is None or w.key in user) and (chosen is None or w.key in chosen)]
 
+    if args.into:
+        Path(args.into).mkdir(parents=True, exist_ok=True)
+        build_all(keys, args, args.into)
+        return 0
     out = Path(".kcache")
     out.mkdir(exist_ok=True)
     archive = out / args.archive
-    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as driver:
+    with tempfile.TemporaryDirectory() as cache:
         if archive.exists() and not args.fresh:
             subprocess.run(["tar", "-C", cache, "-xJf", str(archive)], check=True)
-        os.environ.update(TILELANG_CACHE_DIR=cache, NPUOPS_CUDA_ARCH=ARCH, TILELANG_EXECUTION_BACKEND="cython")
-        stand_in_driver(Path(driver))
-        done = 0
         try:
-            with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-                jobs = [(key, args.variants, args.launch_classes, args.workloads) for key in keys]
-                for done, error in enumerate(pool.map(build, jobs), 1):
-                    print(f"[{done}/{len(keys)}] {error or 'ok'}", file=sys.stderr if error else sys.stdout, flush=True)
+            build_all(keys, args, cache)
         finally:  # interrupted too: the kernels compiled so far are kept
             # xz -9e: half the size of the default level, so more fits in a device call's carry limit.
             # Without TileLang's cuda-binaries (cubins keyed by CUDA source, which only spare nvcc
@@ -147,7 +159,7 @@ def main() -> int:
             # the norm family's archive took 20.9 MB with them, 12.0 without.
             subprocess.run(["tar", "-C", cache, "-cJf", str(archive), "--exclude=./*/cuda-binaries", "."], check=True,
                            env={**os.environ, "XZ_OPT": "-9e -T2"})
-            print(f"wrote {archive} ({archive.stat().st_size / 2**20:.1f} MiB, {done} of {len(keys)} workloads)")
+            print(f"wrote {archive} ({archive.stat().st_size / 2**20:.1f} MiB)")
     return 0
 
 
