@@ -78,6 +78,24 @@ def test_a_call_the_kernel_cannot_take_runs_the_front(launches):
     assert functional.coverage()["rms_norm"]["why"] == {"non-contiguous or misaligned input": 1}
 
 
+def test_a_signature_torch_ran_runs_the_front_at_once_the_next_time(launches, monkeypatch):
+    """A call our ops do not take (normalize with p=3) goes to torch's function as it is; the
+    next call of its signature runs the front without the fast path's Python work (the signature
+    worked out, the front's kernel calls recorded), with keyword arguments as given."""
+    x = torch.randn(4, 8, 16)
+    first = npuops_norm.normalize(x, 3.0, [0, 2], eps=1e-12)
+    worked_out = []
+    made = functional.signature
+    monkeypatch.setattr(functional, "signature", lambda *a: worked_out.append(a) or made(*a))
+    for _ in range(2):
+        torch.testing.assert_close(npuops_norm.normalize(x, 3.0, [0, 2], eps=1e-12), first)
+    torch.testing.assert_close(first, F.normalize(x, 3.0, [0, 2], 1e-12))
+    assert worked_out == [] and launches == []
+    assert functional.coverage()["normalize"]["torch"] == 3
+    torch.testing.assert_close(npuops_norm.normalize(x, 3.0, [0, 1], eps=1e-12), F.normalize(x, 3.0, [0, 1], 1e-12))
+    assert len(worked_out) == 1  # another signature: worked out once
+
+
 def test_a_front_by_layout_keeps_a_fast_call_per_layout(launches):
     """A front whose canonical form depends on its tensors' layouts (``by_layout``): tensors of one
     shape but other strides (here both contiguous: a size-1 dim's stride differs) run the front
