@@ -169,9 +169,24 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 @drop_in
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     """``torch.nn.functional.normalize``: x / max(||x||_p, eps) over ``dim``."""
-    if out is not None or p not in (1, 2) or not isinstance(dim, int) or isinstance(dim, bool):
-        return torch_call("normalize", "out given, or p not 1 or 2", F.normalize, input, p, dim, eps, out)
-    return (l2_norm if p == 2 else l1_norm)(input, float(eps), dim)
+    dims = _dims(dim)
+    if out is not None or p not in (1, 2) or dims is None:
+        return torch_call("normalize", "out given, p not 1 or 2, or dim not an int or a list of ints", F.normalize,
+                          input, p, dim, eps, out)
+    return (l2_norm if p == 2 else l1_norm)(input, float(eps), dims)
+
+
+def _dims(dim) -> int | tuple[int, ...] | None:
+    """``dim`` as the ops take it: an int, or several as a tuple (the norm over all of them, as
+    ``Tensor.norm`` takes a list); None for anything else."""
+    def plain(d):
+        return isinstance(d, int) and not isinstance(d, bool)
+
+    if plain(dim):
+        return dim
+    if type(dim) in (list, tuple) and dim and all(plain(d) for d in dim):
+        return tuple(dim)
+    return None
 
 
 gemma_rms_norm = _function("gemma_rms_norm", "GemmaRMSNormFwd", ["x", "weight"])

@@ -87,9 +87,12 @@ def test_function_matches_the_reference(fn, op_name, order, params, dtype):
     lambda x, w: (F.normalize(x), TF.normalize(x)),
     lambda x, w: (F.normalize(x, 3.0, 0), TF.normalize(x, 3.0, 0)),
     lambda x, w: (F.normalize(x, 1, -1, 1e-3), TF.normalize(x, 1, -1, 1e-3)),
+    lambda x, w: (F.normalize(x, 2, [0, 2]), TF.normalize(x, 2, [0, 2])),
+    lambda x, w: (F.normalize(x, 1, (-1, 0, 1)), TF.normalize(x, 1, (-1, 0, 1))),
     lambda x, w: (F.rms_norm(x[:0], (16,), w[:16]), TF.rms_norm(x[:0], (16,), w[:16])),
 ], ids=["two-dims", "no-weight", "eps-none", "strided", "f16-with-f32-weight", "layer-no-affine", "layer-two-dims",
-        "layer-no-bias", "normalize-default", "normalize-p3-dim0", "normalize-l1", "empty"])
+        "layer-no-bias", "normalize-default", "normalize-p3-dim0", "normalize-l1", "normalize-dims-list",
+        "normalize-dims-tuple", "empty"])
 def test_drop_ins_take_torch_arguments(call):
     x, w = torch.randn(4, 8, 16, dtype=torch.float64).float(), torch.randn(128)
     ours, theirs = call(x, w)
@@ -201,6 +204,19 @@ def test_cpu_calls_run_the_torch_formulation_and_count_it():
     F.rms_norm(inputs["x"], (256,))
     assert coverage()["rms_norm"] == {"ours": 0, "torch": 2,
                                       "why": {"cpu device": 1, "no weight or not the trailing dims": 1}}
+
+
+def test_normalize_over_several_dims_goes_to_our_op():
+    """F.normalize takes a list of dims (the norm over all of them): ours hands it to the op, whose
+    kernel takes dims 0 and 2 of a 3-D x (on the CPU, its torch formulation runs, counted)."""
+    reset_coverage()
+    x = torch.randn(4, 8, 16)
+    F.normalize(x, 2.0, [0, 2])
+    F.normalize(x, 1.0, (0, 2))
+    with pytest.raises(TypeError, match="must be tuple of ints"):  # not ints: torch's function, which refuses them
+        F.normalize(x, 2.0, [True, 2])
+    assert coverage()["l2_norm"]["why"] == {"cpu device": 1} and coverage()["l1_norm"]["why"] == {"cpu device": 1}
+    assert coverage()["normalize"]["torch"] == 1
 
 
 def test_a_kernel_that_fails_to_launch_falls_back_to_torch_and_warns_once():
