@@ -8,6 +8,7 @@ of new shapes: ``rms_norm`` over 100 distinct row counts (1 to 16384, 4096 wide,
 ``max_pool2d`` over 20 image sizes with one window, counting the kernels built.
 
     python scripts/bench-functions.py --out results.json [--profile]   # on a CUDA machine
+    python scripts/bench-functions.py --out l2.json --op L2NormFwd,L1NormFwd   # some ops' rows only
 
 ``--profile`` first runs cProfile over many calls of a few functions whose kernels are short (where
 a call is host-bound) and keeps each table: where a call's host time goes.
@@ -186,19 +187,23 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="JSON results file")
     parser.add_argument("--family", action="append", choices=FAMILIES, help="norm, pool, topk (default: all)")
+    parser.add_argument("--op", help="only these ops' per-call rows, e.g. L2NormFwd,L1NormFwd (no new shapes)")
     parser.add_argument("--profile", action="store_true",
                         help="also cProfile a few functions' calls (where a call's host time goes)")
     args = parser.parse_args()
     device = torch.device("cuda")
     registry = load_registry()
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "host": platform.processor(),
-               "new_shapes": [r for r in new_shapes(device, args.family or FAMILIES) if r], "per_call": []}
+               "new_shapes": [] if args.op else [r for r in new_shapes(device, args.family or FAMILIES) if r],
+               "per_call": []}
     if args.profile:
         results["profiles"] = profile(registry, device)
     reset_coverage()
     # The drop-ins for torch's functions first, then the ops torch has no function for.
+    chosen = set(args.op.split(",")) if args.op else None
     ops = [registry.op(name) for name in (*DROP_INS, *POOLS, *OP_FUNCTIONS)
-           if name in registry.ops and (not args.family or registry.op(name).family in args.family)]
+           if name in registry.ops and (not args.family or registry.op(name).family in args.family)
+           and (chosen is None or name in chosen)]
     for op in ops:
         for w in op.workloads:
             try:

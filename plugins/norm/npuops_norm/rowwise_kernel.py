@@ -135,6 +135,16 @@ def absmax_joins_statistic(spec: RowNorm) -> bool:
     return spec.quant_min_scale is not None and spec.stat == "rms" and not spec.bias and not spec.modulated
 
 
+def prefetches(spec: RowNorm, rows: int, threads: int, rows_per_block: int = 1) -> bool:
+    """The rule's ``prefetch`` (per-row operands loaded with the row, not after its reduction):
+    for few rows (decode), for quantized rows whose absmax joins their statistic, and for rows a
+    warp holds, one a block, whose blocks are too small for registers to bound the rows in flight
+    (32 a multiprocessor at most): the operands' latency then overlaps the row's. LayerNorm
+    300 x 1000 f32 (H100, event time of the tune): 4.80 µs against 5.12 at the rule's 32 threads."""
+    return (rows <= FEW_ROWS or absmax_joins_statistic(spec)
+            or (threads == WARP and rows_per_block == 1 and loads_operands(spec)))
+
+
 def loads_operands(spec: RowNorm) -> bool:
     """Whether a row has operands to load beside itself: a weight, bias, modulation or gain."""
     return spec.weight is not None or spec.bias or spec.modulated or spec.stat == "l2_gain"
@@ -277,7 +287,8 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
                      if config not in variants]
     if rows > FEW_ROWS and loads_operands(spec):
         # the other choice than the rule's (absmax_joins_statistic)
-        variants += [{**config, "prefetch": not absmax_joins_statistic(spec)} for config in variants if config["min_blocks"] > 1]
+        variants += [{**config, "prefetch": not prefetches(spec, rows, config["threads"])} for config in variants
+                     if config["min_blocks"] > 1]
     if rows > FEW_ROWS and chunkable(spec) and hidden >= WIDE_ROW:
         # Stored a vector at a time: of 13 tunings on the H200 they won the two
         # LayerNorm rows 16384 wide (36.90 against 37.52 µs, 34.94 against 35.65) and tied FusedAddRMS
@@ -380,14 +391,18 @@ def pipelinable(spec: RowNorm) -> bool:
 
 def packed_rows(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -> int:
     """Rows a block takes by the launch rule: several, a warp each (the most that split evenly),
-    where the rule gives a row one warp and the rows fill two blocks an SM (row_class's last
-    class, so no build class of its own); else one. RMSNorm 4096 x 128 bf16 (H100, kernel
-    time): 8 rows a block 2.05 µs, 4 rows 2.13, a block a row 3.82 at best (torch.compile
-    1.92-3.86 in three runs)."""
+    where the rule gives a row one warp that loads it in one vector a lane and the rows fill two
+    blocks an SM (row_class's last class, so no build class of its own); else one. RMSNorm
+    4096 x 128 bf16 (H100, kernel time): 8 rows a block 2.05 µs, 4 rows 2.13, a block a row 3.82
+    at best (torch.compile 1.92-3.86 in three runs). Rows of several vectors a lane gained
+    nothing: LayerNorm 1576 x 768 f16 (three a lane) 3.33 µs at 8 rows a block, 3.17 a block a row
+    (H100, kernel time, two runs)."""
     hidden, rows = shape[-1] * spec.segments, math.prod(shape[:-1]) // spec.segments
     if not packable(spec) or rows <= one_wave_rows() * MIN_BLOCKS_PER_SM:
         return 1
     if launch_threads(hidden, dtype.itemsize, elements_per_thread(spec, rows, hidden))[0] != WARP:
+        return 1
+    if hidden * dtype.itemsize > WARP * VECTOR_BYTES:  # more than a vector a lane: blocks a row do enough
         return 1
     return next(iter(row_packings(hidden)), 1)
 
@@ -579,7 +594,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # and Scale are then (G, m) fragments. With many rows that costs registers (fewer rows in flight
     # per SM): a tuning choice, but for rows whose absmax joins their statistic.
     if prefetch is None:
-        prefetch = rows <= FEW_ROWS or absmax_joins_statistic(spec)
+        prefetch = prefetches(spec, rows, threads, rows_per_block)
 
     def affine(V, g, j):
         return T.Cast(F32, V[g, j] if prefetch else V[col(g, j)])

@@ -197,7 +197,7 @@ def test_normalize_over_other_dims_says_why_it_has_no_kernel():
     assert "neither" in op.kernel_unsupported(w)
 
 
-GPU_SHAPES = [(3, 5120), (4097, 7168), (2, 1000)]
+GPU_SHAPES = [(3, 5120), (4097, 7168), (2, 1000), (300, 1000)]
 
 
 @pytest.mark.gpu
@@ -404,6 +404,21 @@ def test_few_rows_load_the_weight_with_the_row(rows, prefetch, early):
     source = compile_kernel(spec.prim_func, arch="sm_90").get_kernel_source()
     body = source[source.index("__launch_bounds__"):]
     assert (body.index("(W +") < body.index("__syncthreads")) == early
+
+
+def test_rows_a_warp_holds_load_their_operands_with_the_row():
+    """Many rows a warp holds, one a block (LayerNorm 300 x 1000 f32: 32 threads), load their weight
+    and bias with the row by rule; not where a block packs several rows, nor where a row takes
+    more than a warp; the other choice stays a variant."""
+    from npuops_norm.rowwise_kernel import launch_variants, rowwise_kernel
+
+    assert rowwise_kernel(LAYER_NORM, (300, 1000), torch.float32).config["prefetch"]
+    variants = launch_variants(LAYER_NORM, (300, 1000), torch.float32)
+    assert {v.get("prefetch") for v in variants if v["threads"] == 32 and v["min_blocks"] > 1} == {None, False}
+    assert not rowwise_kernel(RMS, (4096, 128), torch.bfloat16).config["prefetch"]  # 8 rows a block
+    assert not rowwise_kernel(LAYER_NORM, (300, 4096), torch.float32).config["prefetch"]
+    # A row of more than a vector a lane takes a block of its own (768 f16: three a lane).
+    assert rowwise_kernel(LAYER_NORM, (1576, 768), torch.float16).config["rows_per_block"] == 1
 
 
 @pytest.mark.parametrize("hidden,threads,barriers", [(4096, 256, 1), (1000, 64, 1), (8192, 1024, 1)])
