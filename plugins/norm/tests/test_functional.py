@@ -265,6 +265,20 @@ def test_cuda_calls_run_our_kernel_and_match_the_reference(fn, op_name, order, p
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("p", [1.0, 2.0])
+def test_cuda_normalize_over_dims_0_and_2_runs_our_kernel(p):
+    """normalize over dims [0, 2] of a 3-D input (the catalog's L2NormFwd W1 form) on the GPU: our
+    kernel, against the norm taken in float64."""
+    x = torch.randn(4, 128, 512, device="cuda", dtype=torch.bfloat16)
+    reset_coverage()
+    out = F.normalize(x, p, [0, 2])
+    expected = TF.normalize(x.double(), p, [0, 2]).to(x.dtype)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-2)  # outputs about 1/45: a relative bound
+    counts = coverage()["l2_norm" if p == 2 else "l1_norm"]
+    assert counts["ours"] == 1, f"the torch path ran, not ours: {counts}"
+
+
+@pytest.mark.gpu
 def test_row_counts_share_a_build():
     """13 row counts: one kernel a row class (4), the classes the calls did not reach built behind
     them; counted once every build has ended (earlier tests' builds behind theirs too)."""
