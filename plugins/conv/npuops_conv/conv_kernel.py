@@ -1,7 +1,9 @@
 """The TileLang forward-convolution kernels of this plugin, chosen by :func:`conv_kernel`
 (``kernel`` in a launch config): ``"gemm"``, an implicit GEMM on tensor cores; ``"split_k"``, the
-same GEMM with its K range split over several blocks and a deterministic second pass; and
-``"direct"``, a CUDA-core direct convolution for depthwise and thin grouped convolutions.
+same GEMM with its K range split over several blocks and a deterministic second pass;
+``"direct"``, a CUDA-core direct convolution for depthwise and thin grouped convolutions; and
+``"window"``, a CUDA-core convolution for a small K (a stem's 3 channels x 9 taps), a launch
+variant.
 
 Layouts are channels-last: input ``[N, *in_size, C_in]`` (NLC / NHWC / NDHWC), weight
 ``[C_out, *kernel, C_in/groups]`` (the reduction dim K contiguous), output ``[N, *out_size, C_out]``
@@ -45,6 +47,14 @@ positions x ``block_N`` output channels, an fp32 fragment accumulator, serial lo
 and the group's input channels, each step one masked load per output (consecutive output channels
 read consecutive input channels in the depthwise case: coalesced) and a multiply-add.
 
+Window kernel (ungrouped convolutions whose K fits a thread's registers, :func:`window_fits`): a
+block of ``block_M`` positions, a thread each, x ``block_N`` output channels. The block's weights
+are staged in shared memory; each thread loads its position's whole window (K inputs, the
+padding zero) into registers, then forms its ``block_N`` outputs from them, every thread of a
+warp reading the same weight at once (a broadcast). Where a GEMM tile of a stem is one K tile,
+its work is a gather of 2-byte elements behind the index arithmetic, one MMA and a store, on
+``M / block_M`` blocks (a 112 x 112 stem at stride 2: 49 of 132 SMs).
+
 fp8 (Conv2dFp8Fwd): e4m3 input and weight, fp32 accumulation, the per-tensor scales ``x_scale`` and
 ``w_scale`` (0-dim fp32 tensors, viewed as ``[1]``) multiplied in the epilogue, bf16 output.
 
@@ -57,7 +67,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from npuops import VECTOR_BYTES, KernelKey, KernelSpec, in_order, multiprocessors, tilelang_dtype
+from npuops import VECTOR_BYTES, KernelKey, KernelSpec, in_order, multiprocessors, thread_owned, tilelang_dtype
 
 from .layouts import CHANNELS_LAST
 from .ops._geometry import ConvGeometry
@@ -71,6 +81,8 @@ SPLIT_K_MIN_TILES = 32  # K tiles a GEMM needs before the default splits K (K >=
 SPLIT_K_VARIANT_MIN_TILES = 16  # ... before the launch variants offer split-K
 SPLIT_K_TILES_PER_SPLIT = 8  # ... and at least this many K tiles each split keeps
 MAX_SPLITS = 16
+WINDOW_BYTES = 256  # a window kernel thread's inputs (K elements) at most: 64 registers
+WINDOW_THREADS = 128  # positions a window-kernel block computes, a thread each
 
 
 @dataclass(frozen=True)
@@ -330,6 +342,19 @@ def direct_launch(p: Problem, threads: int = DIRECT_THREADS, outputs: int = DIRE
     return ConvLaunch("direct", block_M, block_N, 0, 0, threads, 1)
 
 
+def window_fits(p: Problem) -> bool:
+    """Whether the window kernel takes ``p``: one group, no fp8, and a window (K elements) a
+    thread holds in registers (:data:`WINDOW_BYTES`)."""
+    return p.geometry.groups == 1 and not p.fp8 and p.k * p.dtype.itemsize <= WINDOW_BYTES
+
+
+def window_launch(p: Problem, channels: int) -> ConvLaunch:
+    """The window kernel's launch: :data:`WINDOW_THREADS` positions a block, ``channels`` output
+    channels (fewer where the convolution has fewer, a power of two)."""
+    block_N = min(channels, 1 << max(0, (p.geometry.out_channels - 1).bit_length()))
+    return ConvLaunch("window", WINDOW_THREADS, block_N, 0, 0, WINDOW_THREADS, 1)
+
+
 def chosen_launch(p: Problem) -> ConvLaunch:
     """The launch a plain run takes: the one tuning chose for this problem (``tuned_launches.json``,
     see :mod:`npuops_conv.tuned`), else the rule's."""
@@ -388,6 +413,8 @@ def launch_variants(p: Problem) -> list[dict]:
             # vectors a tap): half the pipeline steps of 32-channel groups' one-tap tiles.
             variants.append(ConvLaunch("gemm", first.block_M, first.block_N, row,
                                        max(1, min(3, -(-p.k // row))), first.threads, 1))
+    if window_fits(p):  # a small K on CUDA cores, a thread a position (stems, thin 1-d convs)
+        variants += [window_launch(p, 16), window_launch(p, 8)]
     unique = list(dict.fromkeys(variants))
     return [v.as_dict() for v in unique]
 
@@ -419,6 +446,11 @@ def conv_kernel(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, 
         if p.fp8:
             raise ValueError("the direct kernel does not take fp8 inputs")
         return direct_kernel(p, config)
+    if config.kernel == "window":
+        if not window_fits(p):
+            raise ValueError(f"the window kernel takes ungrouped, non-fp8 convolutions whose K ({p.k}) fits "
+                             f"{WINDOW_BYTES} bytes a thread")
+        return window_kernel(p, config)
     if config.kernel in ("gemm", "split_k"):
         return gemm_kernel(p, config, portable)
     raise ValueError(f"unknown conv kernel {config.kernel!r}")
@@ -765,6 +797,51 @@ def direct_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
                 for i, j in T.Parallel(bM, bN):
                     if by * bM + i < M and bx * bN + j < C_out:
                         Y[by * bM + i, bx * bN + j] = T.Cast(ot, _epilogue(p, acc[i, j], bx * bN + j, Bias, XS, WS))
+
+    return _spec(p, config, _prim_func(p, config, body, sizes), {})
+
+
+def window_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
+    """A small K on CUDA cores (see the module's docstring): ``block_M`` positions, a thread each,
+    x ``block_N`` output channels a block, each thread's window in registers, the block's weights
+    in shared memory."""
+    import tilelang.language as T
+
+    g = p.geometry
+    dt, ot = tilelang_dtype(p.dtype), tilelang_dtype(p.out_dtype)
+    bM, bN, threads = config.block_M, config.block_N, config.threads
+    sizes = _launch_sizes(p)
+    M, Cg, C_out, K = sizes["rows"], p.cg, g.out_channels, p.k
+    channels_first = p.channels_first
+    if bM != threads:
+        raise ValueError(f"the window kernel takes a position a thread: block_M ({bM}) must equal threads ({threads})")
+
+    @T.macro
+    def body(X, Wt, Bias, XS, WS, Y, Work):
+        with T.Kernel(T.ceildiv(C_out, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
+            weights = T.alloc_shared((bN, K), dt)
+            window = T.alloc_fragment((bM, K), dt)
+            acc = T.alloc_fragment((bM, bN), F32)
+            T.annotate_layout({window: thread_owned((bM, K), 0), acc: thread_owned((bM, bN), 0)})
+            for j, k in T.Parallel(bN, K):
+                weights[j, k] = Wt[T.min(bx * bN + j, C_out - 1), k]
+            for i, k in T.Parallel(bM, K):
+                inside, row = _source(p, by * bM + i, k // Cg, M)
+                window[i, k] = T.if_then_else(inside, X[row, k % Cg], 0)
+            for i, j in T.Parallel(bM, bN):
+                acc[i, j] = 0
+                for k in T.unroll(K):  # unrolled: the window stays in registers, indexed by constants
+                    acc[i, j] += T.Cast(F32, window[i, k]) * T.Cast(F32, weights[j, k])
+            # Stored from registers in either layout: channels last, a thread's channels are
+            # consecutive addresses; channels first, a warp's positions are, channel by channel.
+            for i, j in T.Parallel(bM, bN):
+                m, column = by * bM + i, bx * bN + j
+                if m < M and column < C_out:
+                    value = T.Cast(ot, _epilogue(p, acc[i, j], column, Bias, XS, WS))
+                    if channels_first is not None:
+                        Y[m // channels_first.positions, column, m % channels_first.positions] = value
+                    else:
+                        Y[m, column] = value
 
     return _spec(p, config, _prim_func(p, config, body, sizes), {})
 

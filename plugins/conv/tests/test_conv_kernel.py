@@ -108,9 +108,9 @@ def test_launch_variants_are_valid_configs_default_first(name):
     assert len(variants) == len({tuple(sorted(v.items())) for v in variants})
     for v in variants:
         launch = ConvLaunch(**v)
-        assert launch.kernel in ("gemm", "split_k", "direct")
-        assert not (dtype == FP8 and launch.kernel == "direct")
-        if launch.kernel != "direct":
+        assert launch.kernel in ("gemm", "split_k", "direct", "window")
+        assert not (dtype == FP8 and launch.kernel in ("direct", "window"))
+        if launch.kernel in ("gemm", "split_k"):
             assert launch.num_stages >= 1 and launch.block_K % 8 == 0
 
 
@@ -161,6 +161,8 @@ COMPILED = [
     ("split-k-tail", {}),
     ("depthwise-bias", {}),
     ("fp8-3x3", {}),
+    ("flat-cin3-stride2", {"kernel": "window", "block_M": 128, "block_N": 16, "block_K": 0, "num_stages": 0,
+                           "threads": 128}),
 ]
 
 
@@ -174,7 +176,9 @@ def test_kernel_compiles_for_sm90(name, launch):
     if spec.config["kernel"] == "split_k":
         assert source.count("__global__ void __launch_bounds__") == 2  # partials, then the ordered sum
         assert "atomic" not in source.lower()
-    if spec.config["kernel"] != "direct":
+    if spec.config["kernel"] == "window":  # the window in registers
+        assert "half_t window[27];" in source
+    elif spec.config["kernel"] != "direct":
         assert "wgmma" in source
         if spec.config["aligned"]:  # whole-vector predicated async copies for the gathered input
             assert "cp_async_gs_conditional<" in source
@@ -231,6 +235,56 @@ def test_window_arithmetic_matches_torch_on_the_cpu_target(name, output_layout):
         torch.testing.assert_close(got, laid_out(expected, output_layout), atol=1e-4, rtol=1e-4, check_stride=True)
 
 
+
+# The window kernel (a small K on CUDA cores, a thread a position): the same window arithmetic,
+# the window read into a thread's registers, fp32 on the CPU target.
+WINDOW_CASES = ["flat-cin3-stride2", "asymmetric-pad", "conv1d-causal-cin1", "conv1d-stride5", "conv3d-stride2"]
+
+
+@LAYOUTS
+@pytest.mark.parametrize("name", WINDOW_CASES)
+def test_window_kernel_matches_torch_on_the_cpu_target(name, output_layout):
+    pytest.importorskip("tilelang")
+    import dataclasses
+
+    from npuops.kernels import CPU_TARGET
+    from npuops_conv.conv_kernel import window_fits, window_launch
+
+    g, _, _ = BY_ID[name]
+    taps = math.prod(g.kernel)  # f32: as many channels as keep the window within 64 elements
+    g = dataclasses.replace(g, in_channels=max(1, min(g.in_channels, 3, 64 // taps)), out_channels=min(g.out_channels, 12))
+    p = Problem(g, F32)
+    assert window_fits(p)
+    launch = dataclasses.replace(window_launch(p, 8), block_M=16, threads=16).as_dict()  # partial channel tiles
+    spec = conv_kernel(g, F32, False, output_layout=output_layout, **launch)
+    kernel = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randn(g.out_channels, *g.kernel, g.in_channels, generator=gen)
+    bias = torch.randn(g.out_channels, generator=gen) if g.bias else None
+    for batch in (g.batch, g.batch + 1):
+        x = torch.randn(batch, *g.in_size, g.in_channels, generator=gen)
+        with nan_filled_allocations():
+            got = kernel(input=x, weight=w, **({"bias": bias} if g.bias else {}))
+        expected = reference(dataclasses.replace(g, batch=batch), x, w, bias, False)
+        torch.testing.assert_close(got, laid_out(expected, output_layout), atol=1e-4, rtol=1e-4, check_stride=True)
+
+
+def test_window_kernel_is_a_variant_where_a_thread_holds_the_window():
+    """Offered (not the default) for ungrouped, non-fp8 convolutions whose K fits 256 bytes a
+    thread: a stem's 27, a 1-d conv over one channel; not a 3x3 over 64 channels, groups, fp8."""
+    from npuops_conv.conv_kernel import window_fits
+
+    def offered(name):
+        g, dtype, relu = BY_ID[name]
+        return [v for v in launch_variants(Problem(g, dtype, relu)) if v["kernel"] == "window"]
+
+    assert [(v["block_N"], v["threads"]) for v in offered("flat-cin3-stride2")] == [(16, 128), (8, 128)]
+    assert offered("conv1d-causal-cin1") and not offered("3x3-bias-f16") and not offered("grouped-thin-direct")
+    assert not window_fits(Problem(BY_ID["fp8-3x3"][0], FP8))
+    assert default_launch(Problem(*BY_ID["flat-cin3-stride2"][:2])).kernel == "gemm"
+    with pytest.raises(ValueError, match="window kernel"):
+        conv_kernel(BY_ID["3x3-bias-f16"][0], F16, kernel="window", block_M=128, block_N=16, block_K=0,
+                    num_stages=0, threads=128)
 
 # The GEMM kernels with the tile product as loops (``portable``): every other part of them (the
 # input gather through the window, aligned and flat K tiles, groups, the split-K ranges and their
