@@ -286,7 +286,7 @@ def launch_variants(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype) -
                                            for t in (2 * rule_threads, 4 * rule_threads) if t <= MAX_THREADS)
                      if config not in variants]
     if rows > FEW_ROWS and loads_operands(spec):
-        # the other choice than the rule's (absmax_joins_statistic)
+        # the other choice than the rule's (prefetches)
         variants += [{**config, "prefetch": not prefetches(spec, rows, config["threads"])} for config in variants
                      if config["min_blocks"] > 1]
     if rows > FEW_ROWS and chunkable(spec) and hidden >= WIDE_ROW:
@@ -592,7 +592,7 @@ def rowwise_kernel(spec: RowNorm, shape: tuple[int, ...], dtype: torch.dtype, sa
     # With few rows (decode) the weight, bias, gain and AdaLN's shift and scale are loaded with the
     # row, so their DRAM latency overlaps the row's instead of following the reduction; W, B, Shift
     # and Scale are then (G, m) fragments. With many rows that costs registers (fewer rows in flight
-    # per SM): a tuning choice, but for rows whose absmax joins their statistic.
+    # per SM): a tuning choice, but where :func:`prefetches` says.
     if prefetch is None:
         prefetch = prefetches(spec, rows, threads, rows_per_block)
 
