@@ -13,7 +13,8 @@ of new shapes: ``rms_norm`` over 100 distinct row counts (1 to 16384, 4096 wide,
 ``--profile`` first runs cProfile over many calls of a few functions whose kernels are short (where
 a call is host-bound) and keeps each table: where a call's host time goes.
 
-Not a test: it times. The JSON holds every figure; the table printed last summarizes.
+Not a test: it times. The JSON holds every figure, rewritten whole after each row (a run cut
+short keeps the rows it measured); the table printed last summarizes.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import npuops_norm
 import npuops_pool
 import npuops_topk
 from npuops import InputRNG, native
+from npuops.files import replaced
 from npuops.functional import built_kernels, coverage, finish_builds, reset_coverage
 from npuops.registry import load_registry
 
@@ -183,6 +185,14 @@ def profile(registry, device, calls_each=20000, top=18) -> dict[str, str]:
     return profiles
 
 
+def save(results: dict, path: str) -> None:
+    """``results`` with the coverage so far into ``path``, replaced whole (never half written)."""
+    results["coverage"] = coverage()
+    results["torch_fast"] = dict(native.state)  # whether the fast path read tensors through torch's C++ objects
+    with replaced(path) as (f,):
+        f.write(json.dumps(results, indent=1).encode())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="JSON results file")
@@ -199,6 +209,7 @@ def main():
     if args.profile:
         results["profiles"] = profile(registry, device)
     reset_coverage()
+    save(results, args.out)
     # The drop-ins for torch's functions first, then the ops torch has no function for.
     chosen = set(args.op.split(",")) if args.op else None
     ops = [registry.op(name) for name in (*DROP_INS, *POOLS, *OP_FUNCTIONS)
@@ -213,19 +224,17 @@ def main():
             except Exception as exc:  # a row that cannot run is reported, the others go on
                 print(f"{op.name:22s} {w.id:4s} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
                 results["per_call"].append({"op": op.name, "workload": w.id, "error": f"{type(exc).__name__}: {exc}"})
+                save(results, args.out)
                 torch.cuda.empty_cache()
                 continue
             row = {"op": op.name, "workload": w.id, "ours_host_us": ours_host, "ours_call_us": ours_call,
                    "torch_host_us": torch_host, "torch_call_us": torch_call}
             results["per_call"].append(row)
+            save(results, args.out)
             print(f"{op.name:22s} {w.id:4s} ours {ours_call:8.2f} us (host {ours_host:6.2f})  "
                   f"torch {torch_call:8.2f} us (host {torch_host:6.2f})  ratio {torch_call / ours_call:5.2f}",
                   flush=True)
             del inputs
-    results["coverage"] = coverage()
-    results["torch_fast"] = dict(native.state)  # whether the fast path read tensors through torch's C++ objects
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
     rows = [r for r in results["per_call"] if "error" not in r]
     slower = [r for r in rows if r["ours_call_us"] > r["torch_call_us"]]
     host_over = [r for r in rows if r["ours_host_us"] > 1.2 * r["torch_host_us"]]
