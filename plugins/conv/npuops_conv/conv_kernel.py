@@ -81,6 +81,7 @@ SPLIT_K_MIN_TILES = 32  # K tiles a GEMM needs before the default splits K (K >=
 SPLIT_K_VARIANT_MIN_TILES = 16  # ... before the launch variants offer split-K
 SPLIT_K_TILES_PER_SPLIT = 8  # ... and at least this many K tiles each split keeps
 MAX_SPLITS = 16
+WALKED_TILES = 2  # row tiles a GEMM block walks in the launch variants that walk them (K one tile)
 WINDOW_BYTES = 256  # a window kernel thread's inputs (K elements) at most: 64 registers
 WINDOW_THREADS = 128  # positions a window-kernel block computes, a thread each
 
@@ -91,8 +92,10 @@ class ConvLaunch:
     ``block_M`` x ``block_N`` output tiles, ``block_K`` deep K tiles, ``num_stages`` pipeline
     stages and ``threads`` per block (the consumer threads: on sm_90 TileLang warp-specializes the
     pipelined loop and adds a producer warpgroup of 128 threads, which issues the input gather as
-    predicated cp.async and the weight tile as a TMA load); ``splits`` K ranges for "split_k". The
-    direct kernel uses ``block_M`` positions x ``block_N`` channels and ``threads``."""
+    predicated cp.async and the weight tile as a TMA load); ``splits`` K ranges for "split_k";
+    ``tiles``, for a "gemm" whose K is one tile, the output row tiles a block walks, pipelined (a
+    tile's input load runs while the tile before it is multiplied and stored; the weight tile is
+    loaded once). The direct kernel uses ``block_M`` positions x ``block_N`` channels and ``threads``."""
 
     kernel: str = "gemm"
     block_M: int = 128
@@ -101,9 +104,15 @@ class ConvLaunch:
     num_stages: int = 3
     threads: int = 256
     splits: int = 1
+    tiles: int = 1
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields, ``tiles`` only where a block walks several (launches recorded and tuned
+        before it existed read the same)."""
+        fields = dataclasses.asdict(self)
+        if self.tiles == 1:
+            del fields["tiles"]
+        return fields
 
 
 @dataclass(frozen=True)
@@ -407,6 +416,10 @@ def launch_variants(p: Problem) -> list[dict]:
             variants.append(ConvLaunch("gemm", 64, 128, 32, max(1, min(4, -(-p.k // 32))), 256, 1))
         if p.k <= block_K and not p.fp8:  # one K tile (a stem's 3 channels x 9 taps): CUDA cores may do
             variants.append(direct_launch(p))
+        if k_tiles == 1:  # a block walks row tiles, each tile's load under the last one's product and store
+            variants += [ConvLaunch("gemm", 64, block_N, block_K, 2, threads, 1, tiles=WALKED_TILES)
+                         for block_N, threads in ((128, 256), (64, 128))
+                         if _tiles(p, 64, block_N) >= WALKED_TILES * multiprocessors()]
         row = swizzle_row(p)
         if block_K < row and p.cg % (VECTOR_BYTES // p.dtype.itemsize) == 0 and p.k > row:
             # A full-row K tile over several taps (the element-wise form, still whole 16-byte
@@ -698,8 +711,12 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     per_split = -(-k_tiles // splits)
     split = config.kernel == "split_k"
     tail = split and per_split * splits > k_tiles
+    walks = config.tiles
     if split and groups != 1:
         raise ValueError("split-K takes ungrouped convolutions")
+    if walks > 1 and (split or k_tiles > 1):
+        raise ValueError(f"a block walks several row tiles only where K is one tile and not split, got {k_tiles} "
+                         f"K tiles, {splits} splits")
 
     def finish(total, c, Bias, XS, WS):
         return T.Cast(ot, _epilogue(p, total, c, Bias, XS, WS))
@@ -723,40 +740,62 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     zero, product = zero_fill(portable), tile_product(portable, transpose_B=True)
 
     @T.macro
+    def load_a(X, A_s, row0, bz, ko):
+        """The A tile of rows from ``row0`` at pipeline step ``ko``."""
+        if rows_are_a:
+            T.copy(X[row0, _k_tile(bz, ko) * bK], A_s)
+        else:
+            # Expressions built whole by the helpers (no let-bound names): TileLang turns a
+            # zero-fill if_then_else load into a predicated cp.async only in that form.
+            for i, kk in T.Parallel(bM, bK):
+                A_s[i, kk] = _a_element(p, X, row0 + i, M, _k_tile(bz, ko), kk, bz, bK, tail)
+
+    @T.macro
+    def load_b(Wt, B_s, bx, bz, ko):
+        # T.copy, not a gather: with two gathers in a stage TileLang makes only one of
+        # them cp.async. Its bounds checks zero-fill rows past C_out and columns past K;
+        # rows past the group's channels (the next group's weights) only reach output
+        # columns that are not written.
+        T.copy(Wt[_group(bz) * Og + bx * bN, _k_tile(bz, ko) * bK], B_s)
+
+    @T.macro
+    def write_tile(acc, C_s, Y, Bias, XS, WS, row0, bx, bz):
+        """The tile of rows from ``row0``: the epilogue, staged in ``C_s``, stored."""
+        for i, j in T.Parallel(bM, bN):
+            C_s[i, j] = T.Cast(ot, _epilogue(p, acc[i, j], _group(bz) * Og + T.min(bx * bN + j, Og - 1),
+                                             Bias, XS, WS))
+        if channels_first is not None:
+            store(C_s, Y, row0, bx * bN, M, Og, _group(bz) * Og)
+        else:
+            for i, j in T.Parallel(bM, bN):
+                if row0 + i < M and bx * bN + j < Og:
+                    Y[row0 + i, _group(bz) * Og + bx * bN + j] = C_s[i, j]
+
+    @T.macro
     def body(X, Wt, Bias, XS, WS, Y, Work):
-        with T.Kernel(T.ceildiv(Og, bN), T.ceildiv(M, bM), groups * splits, threads=threads) as (bx, by, bz):
+        with T.Kernel(T.ceildiv(Og, bN), T.ceildiv(M, bM * walks), groups * splits, threads=threads) as (bx, by, bz):
             tile = tile_allocator(portable)
             A_s = tile((bM, bK), dt)
             B_s = tile((bN, bK), dt)
             acc = T.alloc_fragment((bM, bN), F32)
             C_s = tile((bM, staged_columns), F32 if split else ot)
-            zero(acc)
-            for ko in T.Pipelined(per_split, num_stages=stages):
-                if rows_are_a:
-                    T.copy(X[by * bM, _k_tile(bz, ko) * bK], A_s)
-                else:
-                    # Expressions built whole by the helpers (no let-bound names): TileLang turns a
-                    # zero-fill if_then_else load into a predicated cp.async only in that form.
-                    for i, kk in T.Parallel(bM, bK):
-                        A_s[i, kk] = _a_element(p, X, by * bM + i, M, _k_tile(bz, ko), kk, bz, bK, tail)
-                # T.copy, not a gather: with two gathers in a stage TileLang makes only one of
-                # them cp.async. Its bounds checks zero-fill rows past C_out and columns past K;
-                # rows past the group's channels (the next group's weights) only reach output
-                # columns that are not written.
-                T.copy(Wt[_group(bz) * Og + bx * bN, _k_tile(bz, ko) * bK], B_s)
-                product(A_s, B_s, acc)
-            if split:
-                store_partials()(acc, C_s, Work, bz, by * bM, bx * bN, M, Og)
+            if walks > 1:  # K is one tile: the pipeline runs over the block's row tiles
+                load_b(Wt, B_s, bx, bz, 0)
+                for t in T.Pipelined(walks, num_stages=stages):
+                    load_a(X, A_s, (by * walks + t) * bM, bz, 0)
+                    zero(acc)
+                    product(A_s, B_s, acc)
+                    write_tile(acc, C_s, Y, Bias, XS, WS, (by * walks + t) * bM, bx, bz)
             else:
-                for i, j in T.Parallel(bM, bN):
-                    C_s[i, j] = T.Cast(ot, _epilogue(p, acc[i, j], _group(bz) * Og + T.min(bx * bN + j, Og - 1),
-                                                     Bias, XS, WS))
-                if channels_first is not None:
-                    store(C_s, Y, by * bM, bx * bN, M, Og, _group(bz) * Og)
+                zero(acc)
+                for ko in T.Pipelined(per_split, num_stages=stages):
+                    load_a(X, A_s, by * bM, bz, ko)
+                    load_b(Wt, B_s, bx, bz, ko)
+                    product(A_s, B_s, acc)
+                if split:
+                    store_partials()(acc, C_s, Work, bz, by * bM, bx * bN, M, Og)
                 else:
-                    for i, j in T.Parallel(bM, bN):
-                        if by * bM + i < M and bx * bN + j < Og:
-                            Y[by * bM + i, _group(bz) * Og + bx * bN + j] = C_s[i, j]
+                    write_tile(acc, C_s, Y, Bias, XS, WS, by * bM, bx, bz)
         if split:
             reduce(Work, Y, Bias, XS, WS)
 

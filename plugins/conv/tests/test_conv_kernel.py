@@ -56,6 +56,7 @@ GEOMETRIES = [
     ("conv1d-stride5", geo(2, 1, 64, (400,), 10, stride=5), BF16, False),
     ("conv1d-grouped-dilated", geo(1, 4, 8, (17,), 3, pad=2, dilation=2, groups=2), F16, False),
     ("conv3d-stride2", geo(1, 64, 128, (6, 14, 14), 3, stride=2, pad=1, bias=True), F16, False),
+    ("pointwise-64ch", geo(2, 64, 256, (56, 55), 1), F16, False),
     ("conv3d-dilated", geo(1, 32, 64, (8, 9, 9), 3, pad=2, dilation=2), BF16, False),
     ("conv3d-grouped-thin", geo(1, 64, 128, (4, 7, 7), 3, pad=1, groups=32), F16, False),
     ("split-k-deep", geo(1, 1024, 128, (8, 8), 3, pad=2, dilation=2, bias=True), F16, True),
@@ -163,6 +164,8 @@ COMPILED = [
     ("fp8-3x3", {}),
     ("flat-cin3-stride2", {"kernel": "window", "block_M": 128, "block_N": 16, "block_K": 0, "num_stages": 0,
                            "threads": 128}),
+    ("pointwise-64ch", {"kernel": "gemm", "block_M": 64, "block_N": 64, "block_K": 64, "num_stages": 2,
+                           "threads": 128, "tiles": 2}),
 ]
 
 
@@ -178,6 +181,8 @@ def test_kernel_compiles_for_sm90(name, launch):
         assert "atomic" not in source.lower()
     if spec.config["kernel"] == "window":  # the window in registers
         assert "half_t window[27];" in source
+    elif spec.config.get("tiles", 1) > 1:  # the input tiles double-buffered by TMA under the walked tiles' products
+        assert "wgmma" in source and source.count("tma_load(") == 2 and "for (int t = 0; t < 2; ++t)" in source
     elif spec.config["kernel"] != "direct":
         assert "wgmma" in source
         if spec.config["aligned"]:  # whole-vector predicated async copies for the gathered input
@@ -286,6 +291,21 @@ def test_window_kernel_is_a_variant_where_a_thread_holds_the_window():
         conv_kernel(BY_ID["3x3-bias-f16"][0], F16, kernel="window", block_M=128, block_N=16, block_K=0,
                     num_stages=0, threads=128)
 
+def test_blocks_walk_row_tiles_where_k_is_one_tile_and_they_still_fill_the_gpu():
+    """A GEMM whose K is one tile (resnet's 1x1 over 64 channels) offers blocks that walk two row
+    tiles, each tile's load under the product and store of the one before, where the walking
+    blocks still number at least one an SM; deeper K or too few tiles: not offered, and refused."""
+    def walked(name):
+        g, dtype, relu = BY_ID[name]
+        return [(v["block_M"], v["block_N"], v["tiles"]) for v in launch_variants(Problem(g, dtype, relu))
+                if v.get("tiles", 1) > 1]
+
+    assert walked("pointwise-64ch") == [(64, 64, 2)]  # 388 tiles of 64 x 64: 194 blocks
+    assert walked("3x3-bias-f16") == [] and walked("flat-cin3-stride2") == []  # deep K; 16 tiles
+    with pytest.raises(ValueError, match="K is one tile"):
+        conv_kernel(BY_ID["3x3-bias-f16"][0], F16, kernel="gemm", block_M=64, block_N=64, block_K=64,
+                    num_stages=2, threads=128, tiles=2)
+
 # The GEMM kernels with the tile product as loops (``portable``): every other part of them (the
 # input gather through the window, aligned and flat K tiles, groups, the split-K ranges and their
 # fixed-order sum, the epilogue, the masked writes) runs on the CPU target, batch sizes at launch.
@@ -305,6 +325,11 @@ GEMM_CPU_CASES = [
     # A copied whole, rows and channels past the input's edge (12 channels, 8-wide K tiles; 35 rows)
     ("pointwise-copied-a-bias", geo(1, 12, 8, (5, 7), 1, bias=True),
      dict(kernel="gemm", block_M=16, block_N=8, block_K=8, num_stages=2, threads=128)),
+    # Blocks walking row tiles (K one tile), the last tile partial or past the rows altogether
+    ("walked-copied-a", geo(2, 12, 8, (5, 7), 1, bias=True),
+     dict(kernel="gemm", block_M=16, block_N=8, block_K=16, num_stages=2, threads=128, tiles=3)),
+    ("walked-flat-cin3", geo(1, 3, 8, (9, 9), 3, stride=2, pad=1),
+     dict(kernel="gemm", block_M=16, block_N=8, block_K=32, num_stages=2, threads=128, tiles=2)),
 ]
 
 
