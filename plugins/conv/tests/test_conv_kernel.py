@@ -432,7 +432,8 @@ def test_default_kernel_matches_torch(name):
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["3x3-bias-f16", "3x3-bf16-partial-tiles", "split-k-deep", "depthwise-bias",
-                                  "grouped-thin-direct", "conv1d-causal-cin80", "fp8-3x3", "flat-cin3-stride2"])
+                                  "grouped-thin-direct", "conv1d-causal-cin80", "fp8-3x3", "flat-cin3-stride2",
+                                  "pointwise-64ch"])
 def test_every_launch_variant_matches_torch(name):
     g, dtype, relu = BY_ID[name]
     for config in launch_variants(Problem(g, dtype, relu)):
