@@ -72,7 +72,7 @@ from functools import cached_property, partial
 import torch
 from npuops import KernelSpec, in_order, multiprocessors, tilelang_dtype
 
-from .conv_kernel import (ChannelsFirst, ConvLaunch, Problem, _all, _source, gemm_variants,
+from .conv_kernel import (ChannelsFirst, ConvLaunch, Problem, _all, _source, channel_block, gemm_variants,
                           no_empty_split, ordered_sum, prim_func_over, store_partials, tile_allocator, tile_product,
                           too_large, zero_fill)
 from .layouts import CHANNELS_LAST
@@ -286,7 +286,7 @@ def chosen_wgrad(q: Grad) -> ConvLaunch:
 
 
 def _direct(channels: int, outputs: int = 1024, threads: int = DIRECT_THREADS) -> ConvLaunch:
-    block_N = min(64, 1 << max(0, (channels - 1).bit_length()))
+    block_N = channel_block(channels, 64)
     return ConvLaunch("direct", max(1, outputs // block_N), block_N, 0, 0, threads, 1)
 
 

@@ -343,10 +343,16 @@ def default_launch(p: Problem) -> ConvLaunch:
                       max(1, min(stages, per_split)), threads, splits)
 
 
+def channel_block(channels: int, most: int) -> int:
+    """Output channels a CUDA-core kernel's block takes: ``channels`` rounded up to a power of two,
+    at most ``most``."""
+    return min(most, 1 << max(0, (channels - 1).bit_length()))
+
+
 def direct_launch(p: Problem, threads: int = DIRECT_THREADS, outputs: int = DIRECT_OUTPUTS) -> ConvLaunch:
     """Channels per block: the output's channels up to 64 (a power of two), positions the rest of
     ``outputs``."""
-    block_N = min(64, 1 << max(0, (p.geometry.out_channels - 1).bit_length()))
+    block_N = channel_block(p.geometry.out_channels, 64)
     block_M = max(1, outputs // block_N)
     return ConvLaunch("direct", block_M, block_N, 0, 0, threads, 1)
 
@@ -360,7 +366,7 @@ def window_fits(p: Problem) -> bool:
 def window_launch(p: Problem, channels: int) -> ConvLaunch:
     """The window kernel's launch: :data:`WINDOW_THREADS` positions a block, ``channels`` output
     channels (fewer where the convolution has fewer, a power of two)."""
-    block_N = min(channels, 1 << max(0, (p.geometry.out_channels - 1).bit_length()))
+    block_N = channel_block(p.geometry.out_channels, channels)
     return ConvLaunch("window", WINDOW_THREADS, block_N, 0, 0, WINDOW_THREADS, 1)
 
 

@@ -217,7 +217,6 @@ def test_window_arithmetic_matches_torch_on_the_cpu_target(name, output_layout):
     pytest.importorskip("tilelang")
     import dataclasses
 
-    from npuops.kernels import CPU_TARGET
     from npuops_conv.conv_kernel import direct_launch
 
     g, _, _ = BY_ID[name]
@@ -225,16 +224,27 @@ def test_window_arithmetic_matches_torch_on_the_cpu_target(name, output_layout):
     per_group_out = min(g.out_channels // g.groups, 3)
     groups = min(g.groups, 4)
     g = dataclasses.replace(g, in_channels=per_group_in * groups, out_channels=per_group_out * groups, groups=groups)
-    launch = direct_launch(Problem(g, F32)).as_dict()
     # no ReLU: the CPU target cannot vectorize its max
-    spec = conv_kernel(g, F32, False, output_layout=output_layout, **launch)
+    assert_matches_torch_on_the_cpu_target(g, direct_launch(Problem(g, F32)).as_dict(), output_layout, seed=3,
+                                           batches=(g.batch, g.batch + 2))
+
+
+def assert_matches_torch_on_the_cpu_target(g: ConvGeometry, launch: dict, output_layout: str, seed: int,
+                                           batches: tuple[int, ...], portable: bool = False) -> None:
+    """The fp32 kernel of ``launch`` for ``g`` (no ReLU), built once for TileLang's CPU target, against
+    torch at each of ``batches`` (the batch comes at launch), outputs pre-filled with NaN."""
+    import dataclasses
+
+    from npuops.kernels import CPU_TARGET
+
+    spec = conv_kernel(g, F32, False, portable=portable, output_layout=output_layout, **launch)
     kernel = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
-    gen = torch.Generator().manual_seed(3)
+    gen = torch.Generator().manual_seed(seed)
     w = torch.randn(g.out_channels, *g.kernel, g.in_channels // g.groups, generator=gen)
     bias = torch.randn(g.out_channels, generator=gen) if g.bias else None
-    for batch in (g.batch, g.batch + 2):  # one build, any batch size (it comes at launch)
+    for batch in batches:
         x = torch.randn(batch, *g.in_size, g.in_channels, generator=gen)
-        with nan_filled_allocations():
+        with nan_filled_allocations():  # outputs (and a split-K workspace) start as NaN
             got = kernel(input=x, weight=w, **({"bias": bias} if g.bias else {}))
         expected = reference(dataclasses.replace(g, batch=batch), x, w, bias, False)
         torch.testing.assert_close(got, laid_out(expected, output_layout), atol=1e-4, rtol=1e-4, check_stride=True)
@@ -252,7 +262,6 @@ def test_window_kernel_matches_torch_on_the_cpu_target(name, output_layout):
     pytest.importorskip("tilelang")
     import dataclasses
 
-    from npuops.kernels import CPU_TARGET
     from npuops_conv.conv_kernel import window_fits, window_launch
 
     g, _, _ = BY_ID[name]
@@ -261,17 +270,7 @@ def test_window_kernel_matches_torch_on_the_cpu_target(name, output_layout):
     p = Problem(g, F32)
     assert window_fits(p)
     launch = dataclasses.replace(window_launch(p, 8), block_M=16, threads=16).as_dict()  # partial channel tiles
-    spec = conv_kernel(g, F32, False, output_layout=output_layout, **launch)
-    kernel = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
-    gen = torch.Generator().manual_seed(5)
-    w = torch.randn(g.out_channels, *g.kernel, g.in_channels, generator=gen)
-    bias = torch.randn(g.out_channels, generator=gen) if g.bias else None
-    for batch in (g.batch, g.batch + 1):
-        x = torch.randn(batch, *g.in_size, g.in_channels, generator=gen)
-        with nan_filled_allocations():
-            got = kernel(input=x, weight=w, **({"bias": bias} if g.bias else {}))
-        expected = reference(dataclasses.replace(g, batch=batch), x, w, bias, False)
-        torch.testing.assert_close(got, laid_out(expected, output_layout), atol=1e-4, rtol=1e-4, check_stride=True)
+    assert_matches_torch_on_the_cpu_target(g, launch, output_layout, seed=5, batches=(g.batch, g.batch + 1))
 
 
 def test_window_kernel_is_a_variant_where_a_thread_holds_the_window():
@@ -337,21 +336,8 @@ GEMM_CPU_CASES = [
 @pytest.mark.parametrize("name,g,launch", GEMM_CPU_CASES, ids=[c[0] for c in GEMM_CPU_CASES])
 def test_gemm_logic_matches_torch_on_the_cpu_target(name, g, launch, output_layout):
     pytest.importorskip("tilelang")
-    import dataclasses
-
-    from npuops.kernels import CPU_TARGET
-
-    spec = conv_kernel(g, F32, False, portable=True, output_layout=output_layout, **launch)
-    kernel = spec.bind(compile_kernel(spec.prim_func, target=CPU_TARGET), torch.device("cpu"))
-    gen = torch.Generator().manual_seed(1)
-    w = torch.randn(g.out_channels, *g.kernel, g.in_channels // g.groups, generator=gen)
-    bias = torch.randn(g.out_channels, generator=gen) if g.bias else None
-    for batch in (g.batch, g.batch + 1):  # one build, two batch sizes
-        x = torch.randn(batch, *g.in_size, g.in_channels, generator=gen)
-        with nan_filled_allocations():  # outputs (and the split-K workspace) start as NaN
-            got = kernel(input=x, weight=w, **({"bias": bias} if g.bias else {}))
-        expected = reference(dataclasses.replace(g, batch=batch), x, w, bias, False)
-        torch.testing.assert_close(got, laid_out(expected, output_layout), atol=1e-4, rtol=1e-4, check_stride=True)
+    assert_matches_torch_on_the_cpu_target(g, launch, output_layout, seed=1, batches=(g.batch, g.batch + 1),
+                                           portable=True)
 
 
 def laid_out(channels_last: torch.Tensor, output_layout: str) -> torch.Tensor:
