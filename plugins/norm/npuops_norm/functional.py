@@ -179,14 +179,15 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 def _dims(dim) -> int | tuple[int, ...] | None:
     """``dim`` as the ops take it: an int, or several as a tuple (the norm over all of them, as
     ``Tensor.norm`` takes a list); None for anything else."""
-    def plain(d):
-        return isinstance(d, int) and not isinstance(d, bool)
-
-    if plain(dim):
+    if _an_int(dim):
         return dim
-    if type(dim) in (list, tuple) and dim and all(plain(d) for d in dim):
+    if type(dim) in (list, tuple) and dim and all(_an_int(d) for d in dim):
         return tuple(dim)
     return None
+
+
+def _an_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 gemma_rms_norm = _function("gemma_rms_norm", "GemmaRMSNormFwd", ["x", "weight"])
