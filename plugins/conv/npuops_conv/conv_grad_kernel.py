@@ -72,9 +72,9 @@ from functools import cached_property, partial
 import torch
 from npuops import KernelSpec, in_order, multiprocessors, tilelang_dtype
 
-from .conv_kernel import (ChannelsFirst, ConvLaunch, Problem, _all, _source, channel_block, gemm_variants,
-                          no_empty_split, ordered_sum, prim_func_over, store_partials, tile_allocator, tile_product,
-                          too_large, zero_fill)
+from .conv_kernel import (ChannelsFirst, ConvLaunch, Problem, _all, _div, _mod, _source, box_position, channel_block,
+                          gemm_variants, no_empty_split, ordered_sum, prim_func_over, store_partials, tile_allocator,
+                          tile_product, too_large, zero_fill)
 from .layouts import CHANNELS_LAST
 from .ops._geometry import ConvGeometry
 from .tuned import DGRAD, DGRAD_BIAS, WGRAD, tuned_launch
@@ -405,24 +405,6 @@ def _pick(values, index):
     return expr
 
 
-def _div(a, b):
-    """``a // b`` for ``a >= 0`` (folded where ``b`` is 1; C division where ``b`` is chosen at run
-    time, which TVM's floor division would wrap in sign tests)."""
-    from tvm import tirx
-
-    if isinstance(b, int):
-        return a if b == 1 else a // b
-    return tirx.truncdiv(a, b)
-
-
-def _mod(a, b):
-    from tvm import tirx
-
-    if isinstance(b, int):
-        return 0 if b == 1 else a % b
-    return tirx.truncmod(a, b)
-
-
 def _phase_of_dims(q: Grad, phase):
     """Per-dim phase indices of the flat ``phase`` (0 for stride-1 dims)."""
     sd, sh, sw = (d.stride for d in q.dims)
@@ -446,12 +428,7 @@ def _phase_taps(q: Grad, phase):
 def _tap_of(q: Grad, phase, t):
     """(per-dim u, tap index in the weight) of the phase's local tap ``t`` (u_w fastest)."""
     rs = _phase_of_dims(q, phase)
-    c_d, c_h, c_w = _counts(q, phase)
-    u_w = _mod(t, c_w)
-    rest = _div(t, c_w)
-    u_h = _mod(rest, c_h)
-    u_d = _div(rest, c_h) if not (isinstance(c_d, int) and c_d == 1) else 0
-    us = (u_d, u_h, u_w)
+    us = box_position(t, _counts(q, phase))
     ks = [_pick(d.first, r) + d.step * u for d, r, u in zip(q.dims, rs, us, strict=True)]
     _, kH, kW = q.problem.kernel3
     return us, (ks[0] * kH + ks[1]) * kW + ks[2]

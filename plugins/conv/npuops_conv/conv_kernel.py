@@ -33,6 +33,13 @@ dtype in a shared tile and writes the rows and columns inside the output: along 
 channels first, along the rows (consecutive positions of a channel, consecutive addresses), the
 tile's rows padded so that those reads down its columns do not conflict in the banks.
 
+Padding skipped (a large dilation on a small map: ASPP): where whole row tiles read only padding
+at some taps (:func:`live_tap_share` of the tiles' (tile, tap) pairs at most
+:data:`LIVE_TAPS_AT_MOST`; aligned K tiles), each tile walks only the K tiles of its live taps: per
+spatial dim, the taps some position between its first and last row reads input at (the whole dim
+where those rows differ in a dim before it), their counts known at run time, the pipeline's trip
+count with them. A tile over rows of several images takes every tap.
+
 Split-K (deep K, few output tiles, e.g. C_in = 2048 with 3x3: K = 18432, M = 1024): the grid's
 third dim is ``groups * splits``; split ``s`` runs K tiles ``[s*T, (s+1)*T)`` and writes its fp32
 partial tile to a workspace ``[splits, M, C_out]`` (an output of the kernel the op does not
@@ -84,6 +91,7 @@ MAX_SPLITS = 16
 WALKED_TILES = 2  # row tiles a GEMM block walks in the launch variants that walk them (K one tile)
 WINDOW_BYTES = 256  # a window kernel thread's inputs (K elements) at most: 64 registers
 WINDOW_THREADS = 128  # positions a window-kernel block computes, a thread each
+LIVE_TAPS_AT_MOST = 0.9  # share of (row tile, tap) pairs reading any input below which a GEMM skips the rest
 
 
 @dataclass(frozen=True)
@@ -533,6 +541,101 @@ def _tap(p: Problem, tap):
     return tap // (kH * kW), tap // kW % kH, tap % kW
 
 
+def _div(a, b):
+    """``a // b`` for ``a >= 0`` (folded where ``b`` is 1; C division where ``b`` is known only at run
+    time, which TVM's floor division would wrap in sign tests)."""
+    from tvm import tirx
+
+    if isinstance(b, int):
+        return a if b == 1 else a // b
+    return tirx.truncdiv(a, b)
+
+
+def _mod(a, b):
+    from tvm import tirx
+
+    if isinstance(b, int):
+        return 0 if b == 1 else a % b
+    return tirx.truncmod(a, b)
+
+
+def box_position(t, counts):
+    """(u_d, u_h, u_w) of the flat index ``t`` (w fastest) in a box of ``counts`` (d, h, w)."""
+    c_d, c_h, c_w = counts
+    rest = _div(t, c_w)
+    return (_div(rest, c_h) if not (isinstance(c_d, int) and c_d == 1) else 0), _mod(rest, c_h), _mod(t, c_w)
+
+
+def _reaches_padding(p: Problem):
+    """Per dim (d, h, w): whether some window of several taps reaches past the input's edge (the
+    padding, or a last window crossing it), so that some of its taps may read nothing for a run of
+    output positions."""
+    return tuple(taps > 1 and (pad > 0 or (out - 1) * s - pad + (taps - 1) * d > size - 1)
+                 for size, out, taps, s, pad, d in zip(p.in3, p.out3, p.kernel3, p.stride3, p.pad3, p.dilation3,
+                                                       strict=True))
+
+
+def _live_range(lo, hi, taps: int, s: int, pad: int, d: int, size: int, maximum, minimum):
+    """(first, count) of one dim's taps that read inside the input for some output position in
+    ``[lo, hi]`` (ints, or TIR expressions with ``maximum`` / ``minimum`` TIR's): tap k reads
+    ``o*s - pad + k*d``, inside for some o where ``hi*s - pad + k*d >= 0`` and ``lo*s - pad + k*d <=
+    size - 1``. Every numerator is kept non-negative."""
+    first = (maximum(pad - hi * s, 0) + d - 1) // d
+    end = minimum(taps, maximum(size - 1 + pad - lo * s + d, 0) // d)
+    return first, maximum(end - first, 0)
+
+
+def live_tap_share(p: Problem, block_M: int) -> float:
+    """The share of (row tile, tap) pairs of the batch-1 GEMM in which some row of the tile reads
+    inside the input at the tap (each tile's rows taken as the hull of their positions, as the
+    kernel takes them): the K tiles a GEMM that skips the others would walk. 1 where no window
+    reaches the padding."""
+    reaches = _reaches_padding(p)
+    if not any(reaches):
+        return 1.0
+    positions = math.prod(p.out3)
+    live = 0
+    for first_row in range(0, positions, block_M):
+        ends = (_position(p, first_row)[1:], _position(p, min(first_row + block_M, positions) - 1)[1:])
+        live += math.prod(_dim_live_taps(p, reaches, ends, True, max, min, lambda same, a, b: a if same else b,
+                                         lambda a, b: a == b, lambda a, b: a and b)[1])
+    return live / (-(-positions // block_M) * p.taps)
+
+
+def _dim_live_taps(p: Problem, reaches, ends, same, maximum, minimum, select, equal, both):
+    """((first, ...), (count, ...)) per dim (d, h, w) of the taps live for the rows between the
+    positions ``ends`` ((od, oh, ow) of a tile's first and last row; ``same``: whether they are of
+    one image): a dim's range of positions is the two ends' where the dims before it agree, else the
+    whole dim. Ints, or TIR expressions with the TIR forms of the operations passed."""
+    firsts, counts = [], []
+    for dim, (o0, o1) in enumerate(zip(*ends, strict=True)):
+        size, out, taps = p.in3[dim], p.out3[dim], p.kernel3[dim]
+        if reaches[dim]:
+            lo, hi = select(same, o0, 0), select(same, o1, out - 1)
+            first, count = _live_range(lo, hi, taps, p.stride3[dim], p.pad3[dim], p.dilation3[dim], size,
+                                       maximum, minimum)
+        else:
+            first, count = 0, taps
+        firsts.append(first)
+        counts.append(count)
+        same = both(same, equal(o0, o1))
+    return tuple(firsts), tuple(counts)
+
+
+def _tile_live_taps(p: Problem, first_row, last_row):
+    """The TIR form of :func:`_dim_live_taps` for GEMM rows ``first_row`` to ``last_row``."""
+    import tilelang.language as T
+    from tvm import tirx
+
+    def select(same, a, b):
+        return a if same is True else T.if_then_else(same, a, b)
+
+    n0, *ends0 = _position(p, first_row)
+    n1, *ends1 = _position(p, last_row)
+    return _dim_live_taps(p, _reaches_padding(p), (ends0, ends1), tirx.EQ(n0, n1), T.max, T.min, select,
+                          tirx.EQ, tirx.And)
+
+
 def _all(conditions):
     """The conjunction of ``conditions`` (Python bools fold away)."""
     from tvm import tirx
@@ -546,14 +649,15 @@ def _all(conditions):
 
 
 def _source(p: Problem, m, tap, rows=None):
-    """(inside, input row) of GEMM row ``m`` at ``tap``: whether the tap reads inside the input
-    (not the padding) and ``m`` is a row of the GEMM, and the flat input row it reads. A bound is
-    checked only where the padding or the last window can cross it (decided at build time)."""
+    """(inside, input row) of GEMM row ``m`` at ``tap`` (an index, or its (kd, kh, kw)): whether the
+    tap reads inside the input (not the padding) and ``m`` is a row of the GEMM, and the flat input
+    row it reads. A bound is checked only where the padding or the last window can cross it
+    (decided at build time)."""
     D, H, W = p.in3
     n, od, oh, ow = _position(p, m)
     conditions = [m < rows] if rows is not None else []
     coordinates = []
-    for o, k, size, out, taps, s, pad, d in zip((od, oh, ow), _tap(p, tap), p.in3, p.out3, p.kernel3, p.stride3,
+    for o, k, size, out, taps, s, pad, d in zip((od, oh, ow), tap if isinstance(tap, tuple) else _tap(p, tap), p.in3, p.out3, p.kernel3, p.stride3,
                                                 p.pad3, p.dilation3, strict=True):
         coordinate = o * s - pad + k * d
         coordinates.append(coordinate)
@@ -565,16 +669,19 @@ def _source(p: Problem, m, tap, rows=None):
     return _all(conditions), ((n * D + i_d) * H + i_h) * W + i_w
 
 
-def _a_element(p: Problem, X, m, rows, kt, kk, group_or_split, block_K: int, tail: bool):
+def _a_element(p: Problem, X, m, rows, kt, kk, group_or_split, block_K: int, tail: bool, at=None):
     """A[m, kt*block_K + kk] of the implicit GEMM (the input gathered through the window): zero in
     the padding and past K. ``group_or_split``: the grid's third index (the group; split-K
     convolutions have one group). Aligned (Cg a multiple of block_K): the tile lies in one tap, the
-    tap and first channel are per-tile; else each element decodes (tap, channel)."""
+    tap and first channel are per-tile (``at``: given as (tap, first channel) in place of ``kt``);
+    else each element decodes (tap, channel)."""
     import tilelang.language as T
 
     group = group_or_split if p.geometry.groups > 1 else 0
     k_tiles = -(-p.k // block_K)
-    if p.cg % block_K == 0:
+    if at is not None:
+        tap, channel, extra = at[0], at[1] + kk, []
+    elif p.cg % block_K == 0:
         tap, channel, extra = kt * block_K // p.cg, kt * block_K % p.cg + kk, [kt < k_tiles] if tail else []
     else:
         k = kt * block_K + kk
@@ -723,6 +830,10 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     if walks > 1 and (split or k_tiles > 1):
         raise ValueError(f"a block walks several row tiles only where K is one tile and not split, got {k_tiles} "
                          f"K tiles, {splits} splits")
+    # Where whole row tiles' windows lie in the padding at some taps (a large dilation on a small
+    # map: ASPP), each tile walks only the K tiles of the taps some row of it reads input at.
+    skips = aligned and not p.input_is_a and walks == 1 and live_tap_share(p, bM) <= LIVE_TAPS_AT_MOST
+    tap_tiles = Cg // bK if aligned else 0
 
     def finish(total, c, Bias, XS, WS):
         return T.Cast(ot, _epilogue(p, total, c, Bias, XS, WS))
@@ -743,6 +854,33 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     def _group(bz):
         return bz if groups > 1 else 0
 
+    def live_tiles(row0):
+        """(first tap per dim, taps per dim, K tiles) live in the row tile from ``row0`` (rows past M
+        fall in an image after the last: their tile takes every tap)."""
+        firsts, counts = _tile_live_taps(p, row0, row0 + bM - 1)
+        tiles = tap_tiles
+        for count in counts:
+            tiles = tiles * count if not (isinstance(count, int) and count == 1) else tiles
+        return firsts, counts, tiles
+
+    def live_start(tiles, bz, split_index):
+        """The first of the live K tiles ``tiles`` that the split ``split_index`` of the grid row ``bz``
+        takes (splits of the live tiles as even as they divide)."""
+        return _div((bz % splits + split_index) * tiles, splits) if split else split_index * tiles
+
+    def live_steps(row0, bz):
+        """Pipeline steps of the split ``bz`` of the row tile from ``row0`` over its live K tiles."""
+        tiles = live_tiles(row0)[2]
+        return live_start(tiles, bz, 1) - live_start(tiles, bz, 0)
+
+    def live_k(row0, bz, ko):
+        """((kd, kh, kw), first channel) of pipeline step ``ko`` of the split ``bz`` of the row tile
+        from ``row0``."""
+        firsts, counts, tiles = live_tiles(row0)
+        tile = live_start(tiles, bz, 0) + ko
+        taps = box_position(_div(tile, tap_tiles), counts)
+        return tuple(first + u for first, u in zip(firsts, taps, strict=True)), _mod(tile, tap_tiles) * bK
+
     zero, product = zero_fill(portable), tile_product(portable, transpose_B=True)
 
     @T.macro
@@ -754,15 +892,21 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
             # Expressions built whole by the helpers (no let-bound names): TileLang turns a
             # zero-fill if_then_else load into a predicated cp.async only in that form.
             for i, kk in T.Parallel(bM, bK):
-                A_s[i, kk] = _a_element(p, X, row0 + i, M, _k_tile(bz, ko), kk, bz, bK, tail)
+                A_s[i, kk] = _a_element(p, X, row0 + i, M, _k_tile(bz, ko), kk, bz, bK, tail,
+                                        live_k(row0, bz, ko) if skips else None)
 
     @T.macro
-    def load_b(Wt, B_s, bx, bz, ko):
+    def load_b(Wt, B_s, row0, bx, bz, ko):
         # T.copy, not a gather: with two gathers in a stage TileLang makes only one of
         # them cp.async. Its bounds checks zero-fill rows past C_out and columns past K;
         # rows past the group's channels (the next group's weights) only reach output
         # columns that are not written.
-        T.copy(Wt[_group(bz) * Og + bx * bN, _k_tile(bz, ko) * bK], B_s)
+        if skips:
+            (kd, kh, kw), channel = live_k(row0, bz, ko)
+            _, kH, kW = p.kernel3
+            T.copy(Wt[_group(bz) * Og + bx * bN, ((kd * kH + kh) * kW + kw) * Cg + channel], B_s)
+        else:
+            T.copy(Wt[_group(bz) * Og + bx * bN, _k_tile(bz, ko) * bK], B_s)
 
     @T.macro
     def write_tile(acc, C_s, Y, Bias, XS, WS, row0, bx, bz):
@@ -786,7 +930,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
             acc = T.alloc_fragment((bM, bN), F32)
             C_s = tile((bM, staged_columns), F32 if split else ot)
             if walks > 1:  # K is one tile: the pipeline runs over the block's row tiles
-                load_b(Wt, B_s, bx, bz, 0)
+                load_b(Wt, B_s, by * bM, bx, bz, 0)
                 for t in T.Pipelined(walks, num_stages=stages):
                     load_a(X, A_s, (by * walks + t) * bM, bz, 0)
                     zero(acc)
@@ -794,9 +938,9 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
                     write_tile(acc, C_s, Y, Bias, XS, WS, (by * walks + t) * bM, bx, bz)
             else:
                 zero(acc)
-                for ko in T.Pipelined(per_split, num_stages=stages):
+                for ko in T.Pipelined(live_steps(by * bM, bz) if skips else per_split, num_stages=stages):
                     load_a(X, A_s, by * bM, bz, ko)
-                    load_b(Wt, B_s, bx, bz, ko)
+                    load_b(Wt, B_s, by * bM, bx, bz, ko)
                     product(A_s, B_s, acc)
                 if split:
                     store_partials()(acc, C_s, Work, bz, by * bM, bx * bN, M, Og)
@@ -806,7 +950,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
             reduce(Work, Y, Bias, XS, WS)
 
     prim_func = _prim_func(p, config, body, sizes)
-    return _spec(p, config, prim_func, {"k_tiles": k_tiles, "aligned": aligned})
+    return _spec(p, config, prim_func, {"k_tiles": k_tiles, "aligned": aligned, **({"skips_padding": True} if skips else {})})
 
 
 def direct_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:

@@ -61,6 +61,8 @@ GEOMETRIES = [
     ("conv3d-grouped-thin", geo(1, 64, 128, (4, 7, 7), 3, pad=1, groups=32), F16, False),
     ("split-k-deep", geo(1, 1024, 128, (8, 8), 3, pad=2, dilation=2, bias=True), F16, True),
     ("split-k-tail", geo(1, 704, 64, (7, 7), 3, pad=1), BF16, False),
+    # ASPP-like: 4-row tiles whose windows lie in the padding at some taps (skipped), split-K
+    ("aspp-skips-padding", geo(1, 256, 64, (16, 16), 3, pad=6, dilation=6), F16, False),
     ("f32-direct", geo(1, 2, 3, (5, 6), 3, pad=1), F32, False),
     ("f32-gemm-tf32", geo(1, 32, 64, (9, 10), 3, pad=1, bias=True), F32, False),
     ("fp8-3x3", geo(2, 64, 64, (12, 12), 3, pad=1), FP8, False),
@@ -160,6 +162,7 @@ COMPILED = [
     ("conv1d-causal-cin80", {}),
     ("conv3d-stride2", {}),
     ("split-k-tail", {}),
+    ("aspp-skips-padding", {}),
     ("depthwise-bias", {}),
     ("fp8-3x3", {}),
     ("flat-cin3-stride2", {"kernel": "window", "block_M": 128, "block_N": 16, "block_K": 0, "num_stages": 0,
@@ -187,6 +190,7 @@ def test_kernel_compiles_for_sm90(name, launch):
         assert "wgmma" in source
         if spec.config["aligned"]:  # whole-vector predicated async copies for the gathered input
             assert "cp_async_gs_conditional<" in source
+    assert spec.config.get("skips_padding", False) == (name == "aspp-skips-padding")
 
 
 # A channels-first output (the functions', for NC[D]HW-contiguous tensors), written by the GEMM's
@@ -329,7 +333,18 @@ GEMM_CPU_CASES = [
      dict(kernel="gemm", block_M=16, block_N=8, block_K=16, num_stages=2, threads=128, tiles=3)),
     ("walked-flat-cin3", geo(1, 3, 8, (9, 9), 3, stride=2, pad=1),
      dict(kernel="gemm", block_M=16, block_N=8, block_K=32, num_stages=2, threads=128, tiles=2)),
+    # Row tiles that skip the taps whose windows lie in the padding (the counts and first taps per
+    # dim at run time, tiles across images taking every tap); two K tiles a tap
+    ("skips-padding-2d", geo(1, 16, 8, (8, 8), 3, pad=4, dilation=4),
+     dict(kernel="gemm", block_M=16, block_N=8, block_K=8, num_stages=2, threads=128)),
+    ("skips-padding-3d", geo(1, 8, 8, (3, 4, 4), 3, pad=2, dilation=2),
+     dict(kernel="gemm", block_M=8, block_N=8, block_K=8, num_stages=2, threads=128)),
+    # ... where a tile's every window lies in the padding at every tap (no K tile: zeros)
+    ("skips-padding-empty-windows", geo(1, 8, 8, (2, 9), 2, pad=3, dilation=5, bias=True),
+     dict(kernel="gemm", block_M=8, block_N=8, block_K=8, num_stages=1, threads=128)),
 ]
+SKIPPING_SPLIT_K = (geo(1, 16, 8, (6, 6), 3, pad=3, dilation=3, bias=True),
+                    dict(kernel="split_k", block_M=8, block_N=8, block_K=8, num_stages=1, threads=128, splits=3))
 
 
 @LAYOUTS
@@ -338,6 +353,35 @@ def test_gemm_logic_matches_torch_on_the_cpu_target(name, g, launch, output_layo
     pytest.importorskip("tilelang")
     assert_matches_torch_on_the_cpu_target(g, launch, output_layout, seed=1, batches=(g.batch, g.batch + 1),
                                            portable=True)
+
+
+def test_split_k_over_the_live_taps_matches_torch_on_the_cpu_target():
+    """Each split takes its share of the tile's live K tiles (one layout: the epilogues are the
+    split-K sum's, checked in both above)."""
+    pytest.importorskip("tilelang")
+    g, launch = SKIPPING_SPLIT_K
+    assert_matches_torch_on_the_cpu_target(g, launch, CHANNELS_LAST, seed=2, batches=(1, 3), portable=True)
+
+
+def test_row_tiles_skip_the_taps_whose_windows_lie_in_the_padding():
+    """Where whole row tiles read only padding at some taps (a large dilation on a small map), the
+    GEMM walks only the K tiles of the others: the ASPP rows' 4-row tiles a quarter fewer (one of
+    three kernel rows dead in half of them), the 3-d ASPP's more than half; a 3x3 with padding 1
+    on a large map, a 1x1, none (its kernel as before)."""
+    pytest.importorskip("tilelang")
+    from npuops_conv.conv_kernel import LIVE_TAPS_AT_MOST, live_tap_share
+
+    aspp = Problem(geo(1, 2048, 256, (32, 32), 3, pad=12, dilation=12), F16)
+    assert live_tap_share(aspp, 128) == 0.75 and live_tap_share(aspp, 64) == 0.75
+    assert live_tap_share(Problem(geo(1, 256, 256, (8, 16, 16), 3, pad=6, dilation=6), F16), 64) < 0.45
+    assert live_tap_share(Problem(geo(1, 64, 64, (56, 56), 3, pad=1), F16), 128) == 1.0
+    assert live_tap_share(Problem(BY_ID["pointwise-64ch"][0], F16), 64) == 1.0
+    for name, g, launch in GEMM_CPU_CASES:
+        skips = conv_kernel(g, F32, portable=True, **launch).config.get("skips_padding", False)
+        assert skips == (live_tap_share(Problem(g, F32), launch["block_M"]) <= LIVE_TAPS_AT_MOST), name
+        assert skips or not name.startswith("skips-padding"), name
+    assert conv_kernel(*SKIPPING_SPLIT_K[:1], F32, portable=True, **SKIPPING_SPLIT_K[1]).config["skips_padding"]
+    assert "skips_padding" not in conv_kernel(BY_ID["3x3-bias-f16"][0], F16).config
 
 
 def laid_out(channels_last: torch.Tensor, output_layout: str) -> torch.Tensor:
@@ -419,7 +463,7 @@ def test_default_kernel_matches_torch(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["3x3-bias-f16", "3x3-bf16-partial-tiles", "split-k-deep", "depthwise-bias",
                                   "grouped-thin-direct", "conv1d-causal-cin80", "fp8-3x3", "flat-cin3-stride2",
-                                  "pointwise-64ch"])
+                                  "pointwise-64ch", "aspp-skips-padding"])
 def test_every_launch_variant_matches_torch(name):
     g, dtype, relu = BY_ID[name]
     for config in launch_variants(Problem(g, dtype, relu)):
