@@ -559,11 +559,33 @@ def _mod(a, b):
     return tirx.truncmod(a, b)
 
 
-def box_position(t, counts):
-    """(u_d, u_h, u_w) of the flat index ``t`` (w fastest) in a box of ``counts`` (d, h, w)."""
-    c_d, c_h, c_w = counts
-    rest = _div(t, c_w)
-    return (_div(rest, c_h) if not (isinstance(c_d, int) and c_d == 1) else 0), _mod(rest, c_h), _mod(t, c_w)
+def _div_at_most(a, b, most: int):
+    """``a // b`` for ``a >= 0`` and a run-time ``b`` of 1 to ``most``: a choice among divisions by
+    constants (multiplies and shifts), not a division by a run-time value (tens of instructions,
+    and index arithmetic TVM can no longer bound in int32)."""
+    import tilelang.language as T
+    from tvm import tirx
+
+    quotient = a // most
+    for divisor in range(most - 1, 0, -1):
+        quotient = T.if_then_else(tirx.EQ(b, divisor), a // divisor if divisor > 1 else a, quotient)
+    return quotient
+
+
+def box_position(t, counts, most=(None, None, None)):
+    """(u_d, u_h, u_w) of the flat index ``t`` (w fastest) in a box of ``counts`` (d, h, w); a
+    count known at run time is divided as :func:`_div` does, or where ``most`` bounds it, as
+    :func:`_div_at_most`."""
+    def div(a, count, bound):
+        return _div(a, count) if bound is None or isinstance(count, int) else _div_at_most(a, count, bound)
+
+    def mod(a, count, bound):
+        return _mod(a, count) if bound is None or isinstance(count, int) else a - div(a, count, bound) * count
+
+    (c_d, c_h, c_w), (_, most_h, most_w) = counts, most
+    rest = div(t, c_w, most_w)
+    return ((div(rest, c_h, most_h) if not (isinstance(c_d, int) and c_d == 1) else 0), mod(rest, c_h, most_h),
+            mod(t, c_w, most_w))
 
 
 def _reaches_padding(p: Problem):
@@ -878,8 +900,11 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
         from ``row0``."""
         firsts, counts, tiles = live_tiles(row0)
         tile = live_start(tiles, bz, 0) + ko
-        taps = box_position(_div(tile, tap_tiles), counts)
-        return tuple(first + u for first, u in zip(firsts, taps, strict=True)), _mod(tile, tap_tiles) * bK
+        taps = box_position(_div(tile, tap_tiles), counts, p.kernel3)
+        # Clamped to the dim's taps (they lie there): bounds TVM can prove keep the gather's index
+        # arithmetic in int32.
+        return (tuple(T.max(0, T.min(first + u, size - 1)) for first, u, size in zip(firsts, taps, p.kernel3, strict=True)),
+                _mod(tile, tap_tiles) * bK)
 
     zero, product = zero_fill(portable), tile_product(portable, transpose_B=True)
 
