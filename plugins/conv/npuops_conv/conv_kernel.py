@@ -394,10 +394,10 @@ def no_empty_split(k_tiles: int, splits: int) -> int:
 def gemm_variants(block_K: int, k_tiles: int, wide: bool, splittable: bool, copied_a: bool = False) -> list[ConvLaunch]:
     """The GEMM launches tuning tries beside a rule's for ``k_tiles`` K tiles of ``block_K``: three
     tile shapes, 64 x 256 where the GEMM is ``wide`` (256+ columns), split-K into 2, 4 and 8 where
-    K is deep and the GEMM ``splittable`` (one group). 128 x 256 only where A is ``copied_a``: a
-    gathered A takes as many producer threads as consumers, which caps a thread at 128 registers,
-    all of them the 128 x 256 accumulator's (ptxas: spills, wgmma serialized); the copied form's one
-    producer warp leaves its consumers 240."""
+    K is deep and the GEMM ``splittable`` (one group), of 64 x 128 tiles and, ``wide``, 128 x 128.
+    128 x 256 only where A is ``copied_a``: a gathered A takes as many producer threads as
+    consumers, which caps a thread at 128 registers, all of them the 128 x 256 accumulator's
+    (ptxas: spills, wgmma serialized); the copied form's one producer warp leaves its consumers 240."""
     stages, deep = max(1, min(3, k_tiles)), max(1, min(4, k_tiles))
     variants = [ConvLaunch("gemm", 64, 128, block_K, deep, 256, 1), ConvLaunch("gemm", 128, 128, block_K, stages, 256, 1),
                 ConvLaunch("gemm", 64, 64, block_K, deep, 128, 1)]
@@ -409,6 +409,8 @@ def gemm_variants(block_K: int, k_tiles: int, wide: bool, splittable: bool, copi
         for splits in dict.fromkeys(no_empty_split(k_tiles, s) for s in (2, 4, 8)):
             per_split = -(-k_tiles // splits)
             variants.append(ConvLaunch("split_k", 64, 128, block_K, max(1, min(4, per_split)), 256, splits))
+            if wide:  # 128-row tiles: half the weight tiles' loads from L2 of 64-row ones (ASPP's 2048 x 9 deep K)
+                variants.append(ConvLaunch("split_k", 128, 128, block_K, max(1, min(3, per_split)), 256, splits))
     return variants
 
 
@@ -582,10 +584,13 @@ def box_position(t, counts, most=(None, None, None)):
     def mod(a, count, bound):
         return _mod(a, count) if bound is None or isinstance(count, int) else a - div(a, count, bound) * count
 
+    def one(count):
+        return isinstance(count, int) and count == 1
+
     (c_d, c_h, c_w), (_, most_h, most_w) = counts, most
-    rest = div(t, c_w, most_w)
-    return ((div(rest, c_h, most_h) if not (isinstance(c_d, int) and c_d == 1) else 0), mod(rest, c_h, most_h),
-            mod(t, c_w, most_w))
+    rest = div(t, c_w, most_w)  # below c_h where c_d is 1
+    return ((0 if one(c_d) else div(rest, c_h, most_h)), (rest if one(c_d) else mod(rest, c_h, most_h)),
+            (t if one(c_d) and one(c_h) else mod(t, c_w, most_w)))
 
 
 def _reaches_padding(p: Problem):
@@ -644,18 +649,26 @@ def _dim_live_taps(p: Problem, reaches, ends, same, maximum, minimum, select, eq
     return tuple(firsts), tuple(counts)
 
 
-def _tile_live_taps(p: Problem, first_row, last_row):
-    """The TIR form of :func:`_dim_live_taps` for GEMM rows ``first_row`` to ``last_row``."""
+def _tile_live_taps(p: Problem, first_row, block_M: int):
+    """The TIR form of :func:`_dim_live_taps` for the ``block_M`` GEMM rows from ``first_row``. A
+    dim whose positions of one index of the dims before it are fewer than a tile's rows (a row of
+    32 outputs, tiles of 64) is whole in every tile: its live taps are constants."""
     import tilelang.language as T
     from tvm import tirx
 
     def select(same, a, b):
         return a if same is True else T.if_then_else(same, a, b)
 
+    OD, OH, OW = p.out3
+    narrow = (block_M <= OD * OH * OW, block_M <= OH * OW, block_M <= OW)
     n0, *ends0 = _position(p, first_row)
-    n1, *ends1 = _position(p, last_row)
-    return _dim_live_taps(p, _reaches_padding(p), (ends0, ends1), tirx.EQ(n0, n1), T.max, T.min, select,
-                          tirx.EQ, tirx.And)
+    n1, *ends1 = _position(p, first_row + block_M - 1)
+    runtime = _dim_live_taps(p, [r and n for r, n in zip(_reaches_padding(p), narrow, strict=True)],
+                             (ends0, ends1), tirx.EQ(n0, n1), T.max, T.min, select, tirx.EQ, tirx.And)
+    whole = _dim_live_taps(p, _reaches_padding(p), ((0, 0, 0), tuple(o - 1 for o in p.out3)), False, max, min,
+                           lambda same, a, b: a if same else b, lambda a, b: a == b, lambda a, b: a and b)
+    return tuple(tuple(r if n else w for r, w, n in zip(values, whole_values, narrow, strict=True))
+                 for values, whole_values in zip(runtime, whole, strict=True))
 
 
 def _all(conditions):
@@ -879,7 +892,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     def live_tiles(row0):
         """(first tap per dim, taps per dim, K tiles) live in the row tile from ``row0`` (rows past M
         fall in an image after the last: their tile takes every tap)."""
-        firsts, counts = _tile_live_taps(p, row0, row0 + bM - 1)
+        firsts, counts = _tile_live_taps(p, row0, bM)
         tiles = tap_tiles
         for count in counts:
             tiles = tiles * count if not (isinstance(count, int) and count == 1) else tiles
