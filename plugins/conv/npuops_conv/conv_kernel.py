@@ -71,6 +71,7 @@ TileLang is imported when a kernel is built.
 
 import dataclasses
 import math
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -593,13 +594,23 @@ def box_position(t, counts, most=(None, None, None)):
             (t if one(c_d) and one(c_h) else mod(t, c_w, most_w)))
 
 
-def _reaches_padding(p: Problem):
-    """Per dim (d, h, w): whether some window of several taps reaches past the input's edge (the
-    padding, or a last window crossing it), so that some of its taps may read nothing for a run of
-    output positions."""
-    return tuple(taps > 1 and (pad > 0 or (out - 1) * s - pad + (taps - 1) * d > size - 1)
+def _edges_crossed(p: Problem):
+    """Per dim (d, h, w): (low, high), whether some window reads before the input's first element
+    (the padding) and whether some reads past its last (the padding, or a last window crossing it):
+    the bounds a tap's input coordinate must be checked against (decided at build time)."""
+    return tuple((pad > 0, (out - 1) * s - pad + (taps - 1) * d > size - 1)
                  for size, out, taps, s, pad, d in zip(p.in3, p.out3, p.kernel3, p.stride3, p.pad3, p.dilation3,
                                                        strict=True))
+
+
+def _reaches_padding(p: Problem):
+    """Per dim (d, h, w): whether some window of several taps crosses an edge of the input, so that
+    some of its taps may read nothing for a run of output positions."""
+    return tuple(taps > 1 and (low or high) for taps, (low, high) in zip(p.kernel3, _edges_crossed(p), strict=True))
+
+
+# The operations _dim_live_taps takes, on Python ints (maximum, minimum, select, equal, both).
+_INT_OPS = (max, min, lambda same, a, b: a if same else b, operator.eq, operator.and_)
 
 
 def _live_range(lo, hi, taps: int, s: int, pad: int, d: int, size: int, maximum, minimum):
@@ -624,8 +635,7 @@ def live_tap_share(p: Problem, block_M: int) -> float:
     live = 0
     for first_row in range(0, positions, block_M):
         ends = (_position(p, first_row)[1:], _position(p, min(first_row + block_M, positions) - 1)[1:])
-        live += math.prod(_dim_live_taps(p, reaches, ends, True, max, min, lambda same, a, b: a if same else b,
-                                         lambda a, b: a == b, lambda a, b: a and b)[1])
+        live += math.prod(_dim_live_taps(p, reaches, ends, True, *_INT_OPS)[1])
     return live / (-(-positions // block_M) * p.taps)
 
 
@@ -665,8 +675,7 @@ def _tile_live_taps(p: Problem, first_row, block_M: int):
     n1, *ends1 = _position(p, first_row + block_M - 1)
     runtime = _dim_live_taps(p, [r and n for r, n in zip(_reaches_padding(p), narrow, strict=True)],
                              (ends0, ends1), tirx.EQ(n0, n1), T.max, T.min, select, tirx.EQ, tirx.And)
-    whole = _dim_live_taps(p, _reaches_padding(p), ((0, 0, 0), tuple(o - 1 for o in p.out3)), False, max, min,
-                           lambda same, a, b: a if same else b, lambda a, b: a == b, lambda a, b: a and b)
+    whole = _dim_live_taps(p, _reaches_padding(p), ((0, 0, 0), tuple(o - 1 for o in p.out3)), False, *_INT_OPS)
     return tuple(tuple(r if n else w for r, w, n in zip(values, whole_values, narrow, strict=True))
                  for values, whole_values in zip(runtime, whole, strict=True))
 
@@ -692,13 +701,14 @@ def _source(p: Problem, m, tap, rows=None):
     n, od, oh, ow = _position(p, m)
     conditions = [m < rows] if rows is not None else []
     coordinates = []
-    for o, k, size, out, taps, s, pad, d in zip((od, oh, ow), tap if isinstance(tap, tuple) else _tap(p, tap), p.in3, p.out3, p.kernel3, p.stride3,
-                                                p.pad3, p.dilation3, strict=True):
+    taps = tap if isinstance(tap, tuple) else _tap(p, tap)
+    for o, k, size, s, pad, d, (low, high) in zip((od, oh, ow), taps, p.in3, p.stride3, p.pad3, p.dilation3,
+                                                  _edges_crossed(p), strict=True):
         coordinate = o * s - pad + k * d
         coordinates.append(coordinate)
-        if pad > 0:
+        if low:
             conditions.append(coordinate >= 0)
-        if (out - 1) * s - pad + (taps - 1) * d > size - 1:
+        if high:
             conditions.append(coordinate < size)
     i_d, i_h, i_w = coordinates
     return _all(conditions), ((n * D + i_d) * H + i_h) * W + i_w
