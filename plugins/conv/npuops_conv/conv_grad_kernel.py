@@ -73,8 +73,8 @@ import torch
 from npuops import KernelSpec, in_order, multiprocessors, tilelang_dtype
 
 from .conv_kernel import (ChannelsFirst, ConvLaunch, Problem, _all, _div, _mod, _source, box_position, channel_block,
-                          gemm_variants, no_empty_split, ordered_sum, prim_func_over, store_partials, tile_allocator,
-                          tile_product, too_large, zero_fill)
+                          gemm_variants, no_empty_split, ordered_sum, prim_func_over, staging_columns, store_partials,
+                          tile_allocator, tile_product, too_large, zero_fill)
 from .layouts import CHANNELS_LAST
 from .ops._geometry import ConvGeometry
 from .tuned import DGRAD, DGRAD_BIAS, WGRAD, tuned_launch
@@ -537,7 +537,7 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
     # store's row_count being the phase.
     store = q.channels_first.store(bM, bN, partial(_dx_row, q)) if q.channels_first else None
     # Split-K blocks stage fp32 partials for the channels-last workspace; the others, the output.
-    staged_columns = q.channels_first.columns(bN) if store and not split else bN
+    staged_columns = staging_columns(bN, None if split else q.channels_first)
 
     _smem = tile_allocator(emulate_gemm)
     zero, product = zero_fill(emulate_gemm), tile_product(emulate_gemm)
@@ -778,7 +778,7 @@ def _wgrad(q: Grad, config: ConvLaunch, emulate_gemm: bool = False) -> KernelSpe
             A_s = _smem((bK, bM), dt)
             B_s = _smem((bK, bN), dt)
             acc = T.alloc_fragment((bM, bN), F32)
-            C_s = _smem((bM, bN), F32 if splits > 1 else dt)
+            C_s = _smem((bM, staging_columns(bN)), F32 if splits > 1 else dt)
             zero(acc)
             for ko in T.Pipelined(per_split, num_stages=stages):
                 # dy rows past the positions and columns past C_out are zero-filled; columns of the
@@ -788,12 +788,11 @@ def _wgrad(q: Grad, config: ConvLaunch, emulate_gemm: bool = False) -> KernelSpe
                     B_s[kk, j] = _b(X, _k_tile(bz, ko) * bK + kk, bz, bx, j)
                 product(A_s, B_s, acc)
             if splits > 1:
-                T.copy(acc, C_s)
-                for i, j in T.Parallel(bM, bN):
-                    if by * bM + i < Og and bx * bN + j < Kw:
-                        Work[bz % splits, _group(bz) * Og + by * bM + i, bx * bN + j] = C_s[i, j]
+                store_partials()(acc, C_s, Work, bz % splits, _group(bz) * Og + by * bM, bx * bN,
+                                 (_group(bz) + 1) * Og, Kw)
             else:
-                T.copy(acc, C_s)
+                for i, j in T.Parallel(bM, bN):
+                    C_s[i, j] = T.Cast(dt, acc[i, j])
                 for i, j in T.Parallel(bM, bN):
                     if by * bM + i < Og and bx * bN + j < Kw:
                         dW[_group(bz) * Og + by * bM + i, bx * bN + j] = C_s[i, j]

@@ -835,16 +835,26 @@ def tile_product(portable: bool, transpose_A: bool = False, transpose_B: bool = 
     return product
 
 
+def staging_columns(columns: int, channels_first: ChannelsFirst | None = None) -> int:
+    """Columns of the shared tile a block stages ``columns`` outputs a row in before its store:
+    :meth:`ChannelsFirst.columns` for a channels-first store; for a row-major one, 8 elements
+    more, so that a warp's writes of its accumulator fragment (8 rows of 4 threads, 2 elements
+    each) fall in distinct banks: rows a multiple of 128 bytes apart all fall in the same ones."""
+    return channels_first.columns(columns) if channels_first else columns + 8
+
+
 def store_partials():
     """A macro ``store(acc, C_s, Work, split, row0, col0, rows, cols)``: a split-K block's fp32
-    tile (through ``C_s``) into its split's slice of the workspace, at (row0, col0), rows and
-    columns past (rows, cols) left out (what :func:`ordered_sum` then adds)."""
+    tile (through ``C_s``, :func:`staging_columns` wide) into its split's slice of the workspace,
+    at (row0, col0), rows and columns past (rows, cols) left out (what :func:`ordered_sum` then
+    adds)."""
     import tilelang.language as T
 
     @T.macro
     def store(acc, C_s, Work, split, row0, col0, rows, cols):
-        T.copy(acc, C_s)
-        for i, j in T.Parallel(*C_s.shape):
+        for i, j in T.Parallel(*acc.shape):
+            C_s[i, j] = acc[i, j]
+        for i, j in T.Parallel(*acc.shape):
             if row0 + i < rows and col0 + j < cols:
                 Work[split, row0 + i, col0 + j] = C_s[i, j]
 
@@ -886,7 +896,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     channels_first = p.channels_first
     reduce = ordered_sum(splits, M, C_out, finish, channels_first)
     # Split-K blocks stage fp32 partials for the channels-last workspace; the others, the output.
-    staged_columns = channels_first.columns(bN) if channels_first and not split else bN
+    staged_columns = staging_columns(bN, None if split else channels_first)
     store = channels_first.store(bM, bN) if channels_first else None
     # Rows and channels past the input's edge read as zeros in a copied A tile. The 1x1 rows ran
     # 0.73-0.86x of cuDNN on the H100 with the gather.
