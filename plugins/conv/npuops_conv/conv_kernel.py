@@ -1,9 +1,10 @@
 """The TileLang forward-convolution kernels of this plugin, chosen by :func:`conv_kernel`
 (``kernel`` in a launch config): ``"gemm"``, an implicit GEMM on tensor cores; ``"split_k"``, the
 same GEMM with its K range split over several blocks and a deterministic second pass;
-``"direct"``, a CUDA-core direct convolution for depthwise and thin grouped convolutions; and
+``"direct"``, a CUDA-core direct convolution for depthwise and thin grouped convolutions;
 ``"window"``, a CUDA-core convolution for a small K (a stem's 3 channels x 9 taps), a launch
-variant.
+variant; and ``"halo"``, the GEMM over boxes of output positions whose input a block loads once,
+a launch variant.
 
 Layouts are channels-last: input ``[N, *in_size, C_in]`` (NLC / NHWC / NDHWC), weight
 ``[C_out, *kernel, C_in/groups]`` (the reduction dim K contiguous), output ``[N, *out_size, C_out]``
@@ -62,6 +63,16 @@ warp reading the same weight at once (a broadcast). Where a GEMM tile of a stem 
 its work is a gather of 2-byte elements behind the index arithmetic, one MMA and a store, on
 ``M / block_M`` blocks (a 112 x 112 stem at stride 2: 49 of 132 SMs).
 
+Halo kernel (a launch variant, :func:`halo_launches`, of ungrouped convolutions of several taps
+whose channels are one K slice of 32 to 128 bytes): a block's ``block_M`` outputs are a box of
+output positions (d x h x w: ``block_M / (box_h * box_w)`` x ``box_h`` x ``box_w``), not a run of
+GEMM rows. It loads the box's input, its halo (every position the box's windows read, the padding
+zero), into shared memory once; each K step (``block_K``: one tap or a row of kW taps, all the
+channels) then fills its A tile from the halo and multiplies it with the weight tile. The GEMM
+gathers each input element from L2 once per tap (27 times in a 3x3x3 convolution: the 3-d U-Net's
+32 -> 64 layer is bound by those reads); the halo kernel about halo / box times (3.4 for 2 x 4 x
+16 boxes of a 3x3x3).
+
 fp8 (Conv2dFp8Fwd): e4m3 input and weight, fp32 accumulation, the per-tensor scales ``x_scale`` and
 ``w_scale`` (0-dim fp32 tensors, viewed as ``[1]``) multiplied in the epilogue, bf16 output.
 
@@ -93,18 +104,21 @@ WALKED_TILES = 2  # row tiles a GEMM block walks in the launch variants that wal
 WINDOW_BYTES = 256  # a window kernel thread's inputs (K elements) at most: 64 registers
 WINDOW_THREADS = 128  # positions a window-kernel block computes, a thread each
 LIVE_TAPS_AT_MOST = 0.9  # share of (row tile, tap) pairs reading any input below which a GEMM skips the rest
+HALO_BYTES = 64 * 1024  # a halo kernel block's input box in shared memory at most
 
 
 @dataclass(frozen=True)
 class ConvLaunch:
-    """One launch configuration. ``kernel``: "gemm", "split_k" or "direct". The GEMM kernels use
+    """One launch configuration. ``kernel``: "gemm", "split_k", "direct", "window" or "halo". The GEMM kernels use
     ``block_M`` x ``block_N`` output tiles, ``block_K`` deep K tiles, ``num_stages`` pipeline
     stages and ``threads`` per block (the consumer threads: on sm_90 TileLang warp-specializes the
     pipelined loop and adds a producer warpgroup of 128 threads, which issues the input gather as
     predicated cp.async and the weight tile as a TMA load); ``splits`` K ranges for "split_k";
     ``tiles``, for a "gemm" whose K is one tile, the output row tiles a block walks, pipelined (a
     tile's input load runs while the tile before it is multiplied and stored; the weight tile is
-    loaded once). The direct kernel uses ``block_M`` positions x ``block_N`` channels and ``threads``."""
+    loaded once). The direct kernel uses ``block_M`` positions x ``block_N`` channels and ``threads``.
+    The halo kernel's ``block_M`` positions are a box of ``block_M / (box_h * box_w)`` x ``box_h``
+    x ``box_w`` output positions (d, h, w), its ``block_K`` a K step of whole taps."""
 
     kernel: str = "gemm"
     block_M: int = 128
@@ -114,14 +128,23 @@ class ConvLaunch:
     threads: int = 256
     splits: int = 1
     tiles: int = 1
+    box_h: int = 0
+    box_w: int = 0
 
     def as_dict(self) -> dict:
-        """The fields, ``tiles`` only where a block walks several (launches recorded and tuned
-        before it existed read the same)."""
+        """The fields, ``tiles`` only where a block walks several and the box only for the halo
+        kernel (launches recorded and tuned before they existed read the same)."""
         fields = dataclasses.asdict(self)
         if self.tiles == 1:
             del fields["tiles"]
+        if not self.box_w:
+            del fields["box_h"], fields["box_w"]
         return fields
+
+    @property
+    def box(self) -> tuple[int, int, int]:
+        """The halo kernel's box of output positions (d, h, w)."""
+        return self.block_M // (self.box_h * self.box_w), self.box_h, self.box_w
 
 
 @dataclass(frozen=True)
@@ -379,6 +402,42 @@ def window_launch(p: Problem, channels: int) -> ConvLaunch:
     return ConvLaunch("window", WINDOW_THREADS, block_N, 0, 0, WINDOW_THREADS, 1)
 
 
+def halo_extent(p: Problem, box) -> tuple[int, int, int]:
+    """(d, h, w) input positions the windows of a ``box`` of output positions read."""
+    return tuple((b - 1) * s + (k - 1) * d + 1
+                 for b, s, k, d in zip(box, p.stride3, p.kernel3, p.dilation3, strict=True))
+
+
+def halo_fits(p: Problem, box) -> bool:
+    """Whether the halo kernel takes ``p`` with a ``box`` of output positions: one group, no fp8,
+    several taps, the channels one K slice of whole 32-byte MMA steps (16 16-bit elements, 8 fp32)
+    of at most a 128-byte row, the box's input in :data:`HALO_BYTES`."""
+    row = p.cg * p.dtype.itemsize
+    return (p.geometry.groups == 1 and not p.fp8 and p.taps > 1 and row % 32 == 0 and row <= 128
+            and math.prod(halo_extent(p, box)) * row <= HALO_BYTES)
+
+
+def halo_launches(p: Problem) -> list[ConvLaunch]:
+    """The halo kernel's launch variants: boxes of 128 output positions shaped to the output's
+    rank (a 3-d one deep, a 2-d one wide, a 1-d one a run), K steps of one tap and of a row of
+    taps (kW of them), the output channels in one or two column tiles."""
+    OD, OH, _ = p.out3
+    boxes = ([(2, 4, 16), (1, 8, 16)] if OD > 1 else [(1, 8, 16), (1, 4, 32)] if OH > 1 else [(1, 1, 128)])
+    steps = dict.fromkeys((1, p.kernel3[2]))
+    block_N = channel_block(p.og, 128)
+    launches = []
+    for box in boxes:
+        if not halo_fits(p, box):
+            continue
+        block_M = math.prod(box)
+        for taps in steps:
+            for columns in dict.fromkeys((block_N, min(block_N, 64))):
+                threads = 256 if block_M * columns >= 64 * 128 else 128
+                launches.append(ConvLaunch("halo", block_M, columns, taps * p.cg, 2, threads, 1,
+                                           box_h=box[1], box_w=box[2]))
+    return launches
+
+
 def chosen_launch(p: Problem) -> ConvLaunch:
     """The launch a plain run takes: the one tuning chose for this problem (``tuned_launches.json``,
     see :mod:`npuops_conv.tuned`), else the rule's."""
@@ -445,6 +504,7 @@ def launch_variants(p: Problem) -> list[dict]:
                                        max(1, min(3, -(-p.k // row))), first.threads, 1))
     if window_fits(p):  # a small K on CUDA cores, a thread a position (stems, thin 1-d convs)
         variants += [window_launch(p, 16), window_launch(p, 8)]
+    variants += halo_launches(p)
     unique = list(dict.fromkeys(variants))
     return [v.as_dict() for v in unique]
 
@@ -481,6 +541,11 @@ def conv_kernel(geometry: ConvGeometry, dtype: torch.dtype, relu: bool = False, 
             raise ValueError(f"the window kernel takes ungrouped, non-fp8 convolutions whose K ({p.k}) fits "
                              f"{WINDOW_BYTES} bytes a thread")
         return window_kernel(p, config)
+    if config.kernel == "halo":
+        if not config.box_w or not halo_fits(p, config.box):
+            raise ValueError(f"the halo kernel takes ungrouped, non-fp8 convolutions of several taps whose channels "
+                             f"({p.cg}) are 32, 64, 96 or 128 bytes, and whose box's input fits {HALO_BYTES} bytes")
+        return halo_kernel(p, config, portable)
     if config.kernel in ("gemm", "split_k"):
         return gemm_kernel(p, config, portable)
     raise ValueError(f"unknown conv kernel {config.kernel!r}")
@@ -1089,6 +1154,79 @@ def window_kernel(p: Problem, config: ConvLaunch) -> KernelSpec:
                         Y[m // channels_first.positions, column, m % channels_first.positions] = value
                     else:
                         Y[m, column] = value
+
+    return _spec(p, config, _prim_func(p, config, body, sizes), {})
+
+
+def halo_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> KernelSpec:
+    """The implicit GEMM over a box of output positions whose input (the halo: every position its
+    windows read, the padding zero) a block loads into shared memory once: each K step's A tile
+    (``block_K / Cg`` taps x the channels) is then filled from it, not gathered from global memory
+    again for every tap (a 3x3x3 conv reads its input 27 times so: from L2, the bound of the GEMM
+    on the 3-d U-Net's 32 -> 64 layer). ``portable``: see :func:`gemm_kernel`."""
+    import tilelang.language as T
+
+    dt, ot = tilelang_dtype(p.dtype), tilelang_dtype(p.out_dtype)
+    bM, bN, bK, stages, threads = config.block_M, config.block_N, config.block_K, config.num_stages, config.threads
+    (tD, tH, tW), Cg, Og = config.box, p.cg, p.og
+    if bK % Cg or p.taps % (bK // Cg):
+        raise ValueError(f"a halo kernel's K step ({bK}) takes whole taps of {Cg} channels, a divisor of {p.taps} taps")
+    sizes = _launch_sizes(p)
+    M = sizes["rows"]
+    (D, H, W), (OD, OH, OW) = p.in3, p.out3
+    hD, hH, hW = halo_extent(p, config.box)
+    nD, nH, nW = -(-OD // tD), -(-OH // tH), -(-OW // tW)
+    boxes = nD * nH * nW
+    step_taps = bK // Cg
+    channels_first = p.channels_first
+    tile = tile_allocator(portable)
+    zero, product = zero_fill(portable), tile_product(portable, transpose_B=True)
+
+    def origin(box):
+        """(n, od, oh, ow) of the first output position of box index ``box``."""
+        return box // boxes, box // (nH * nW) % nD * tD, box // nW % nH * tH, box % nW * tW
+
+    def box_row(i, box):
+        """(inside, output row m) of position ``i`` of box index ``box``."""
+        n, od0, oh0, ow0 = origin(box)
+        od, oh, ow = od0 + i // (tH * tW), oh0 + i // tW % tH, ow0 + i % tW
+        return _all([od < OD if OD % tD else True, oh < OH if OH % tH else True, ow < OW if OW % tW else True]), \
+            ((n * OD + od) * OH + oh) * OW + ow
+
+    store = channels_first.store(bM, bN, box_row) if channels_first else None
+
+    @T.macro
+    def body(X, Wt, Bias, XS, WS, Y, Work):
+        with T.Kernel(T.ceildiv(Og, bN), M // math.prod(p.out3) * boxes, threads=threads) as (bx, by):
+            halo = tile((hD * hH * hW, Cg), dt)
+            A_s = tile((bM, bK), dt)
+            B_s = tile((bN, bK), dt)
+            acc = T.alloc_fragment((bM, bN), F32)
+            C_s = tile((bM, staging_columns(bN, channels_first)), ot)
+            n, od0, oh0, ow0 = origin(by)
+            for e, c in T.Parallel(hD * hH * hW, Cg):
+                z = (od0 * p.stride3[0] - p.pad3[0] + e // (hH * hW), oh0 * p.stride3[1] - p.pad3[1] + e // hW % hH,
+                     ow0 * p.stride3[2] - p.pad3[2] + e % hW)
+                inside = _all([bound for coordinate, size in zip(z, (D, H, W), strict=True)
+                               for bound in (coordinate >= 0, coordinate < size)])
+                halo[e, c] = T.if_then_else(inside, X[((n * D + z[0]) * H + z[1]) * W + z[2], c], 0)
+            zero(acc)
+            for step in T.Pipelined(p.taps // step_taps, num_stages=stages):
+                T.copy(Wt[bx * bN, step * bK], B_s)
+                for i, kk in T.Parallel(bM, bK):
+                    kd, kh, kw = _tap(p, step * step_taps + kk // Cg)
+                    (sD, sH, sW), (dD, dH, dW) = p.stride3, p.dilation3
+                    A_s[i, kk] = halo[((i // (tH * tW) * sD + kd * dD) * hH + i // tW % tH * sH + kh * dH) * hW
+                                      + i % tW * sW + kw * dW, kk % Cg]
+                product(A_s, B_s, acc)
+            for i, j in T.Parallel(bM, bN):
+                C_s[i, j] = T.Cast(ot, _epilogue(p, acc[i, j], T.min(bx * bN + j, Og - 1), Bias, XS, WS))
+            if channels_first is not None:
+                store(C_s, Y, 0, bx * bN, by, Og, 0)
+            else:
+                for i, j in T.Parallel(bM, bN):
+                    if box_row(i, by)[0] and bx * bN + j < Og:
+                        Y[box_row(i, by)[1], bx * bN + j] = C_s[i, j]
 
     return _spec(p, config, _prim_func(p, config, body, sizes), {})
 

@@ -18,6 +18,7 @@ from npuops_conv.conv_kernel import (
     Problem,
     conv_kernel,
     default_launch,
+    halo_fits,
     launch_variants,
     unsupported,
 )
@@ -111,10 +112,12 @@ def test_launch_variants_are_valid_configs_default_first(name):
     assert len(variants) == len({tuple(sorted(v.items())) for v in variants})
     for v in variants:
         launch = ConvLaunch(**v)
-        assert launch.kernel in ("gemm", "split_k", "direct", "window")
-        assert not (dtype == FP8 and launch.kernel in ("direct", "window"))
-        if launch.kernel in ("gemm", "split_k"):
+        assert launch.kernel in ("gemm", "split_k", "direct", "window", "halo")
+        assert not (dtype == FP8 and launch.kernel in ("direct", "window", "halo"))
+        if launch.kernel in ("gemm", "split_k", "halo"):
             assert launch.num_stages >= 1 and launch.block_K % 8 == 0
+        if launch.kernel == "halo":  # whole taps a K step, the box's input within the budget
+            assert launch.block_K % g.in_channels == 0 and halo_fits(Problem(g, dtype, relu), launch.box)
 
 
 def test_kernel_spec_describes_channels_last_tensors():
@@ -345,6 +348,17 @@ GEMM_CPU_CASES = [
     # ... each split its share of the tile's live K tiles
     ("skips-padding-split-k", geo(1, 16, 8, (6, 6), 3, pad=3, dilation=3, bias=True),
      dict(kernel="split_k", block_M=8, block_N=8, block_K=8, num_stages=1, threads=128, splits=3)),
+    # The halo kernel: boxes of output positions (partial at the map's edges, across batches), their
+    # input loaded once, K steps of one tap or of a row of taps, column tiles past C_out
+    ("halo-2d-pad-bias", geo(2, 8, 12, (6, 7), 3, pad=1, bias=True),
+     dict(kernel="halo", block_M=8, block_N=8, block_K=8, num_stages=2, threads=128, box_h=2, box_w=4)),
+    ("halo-2d-strided-dilated-asymmetric", geo(1, 8, 8, (11, 10), 3, stride=2, pad=(2, 1), pad_after=(1, 2),
+                                                dilation=2),
+     dict(kernel="halo", block_M=8, block_N=8, block_K=24, num_stages=2, threads=128, box_h=4, box_w=2)),
+    ("halo-3d", geo(1, 8, 8, (4, 5, 6), 3, pad=1),
+     dict(kernel="halo", block_M=8, block_N=8, block_K=24, num_stages=2, threads=128, box_h=2, box_w=2)),
+    ("halo-1d-causal-dilated", geo(2, 8, 8, (19,), 3, dilation=2, pad=(4,), pad_after=(0,), bias=True),
+     dict(kernel="halo", block_M=8, block_N=8, block_K=8, num_stages=1, threads=128, box_h=1, box_w=8)),
 ]
 
 
@@ -370,6 +384,8 @@ def test_row_tiles_skip_the_taps_whose_windows_lie_in_the_padding():
     assert live_tap_share(Problem(geo(1, 64, 64, (56, 56), 3, pad=1), F16), 128) == 1.0
     assert live_tap_share(Problem(BY_ID["pointwise-64ch"][0], F16), 64) == 1.0
     for name, g, launch in GEMM_CPU_CASES:
+        if launch["kernel"] == "halo":  # reads every tap's input from its box's halo, none from memory
+            continue
         skips = conv_kernel(g, F32, portable=True, **launch).config.get("skips_padding", False)
         assert skips == (live_tap_share(Problem(g, F32), launch["block_M"]) <= LIVE_TAPS_AT_MOST), name
         assert skips or not name.startswith("skips-padding"), name
