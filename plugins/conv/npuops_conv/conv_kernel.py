@@ -419,16 +419,17 @@ def halo_fits(p: Problem, box) -> bool:
 
 def halo_launches(p: Problem) -> list[ConvLaunch]:
     """The halo kernel's launch variants: boxes of 128 output positions shaped to the output's
-    rank (a 3-d one deep, a 2-d one wide, a 1-d one a run), K steps of one tap and of a row of
-    taps (kW of them), the output channels in one or two column tiles."""
+    rank (a 3-d one deep, a 2-d one wide, a 1-d one a run), of 64 where none of those fits (strided
+    windows spread far), K steps of one tap and of a row of taps (kW of them), the output channels
+    in one or two column tiles."""
     OD, OH, _ = p.out3
     boxes = ([(2, 4, 16), (1, 8, 16)] if OD > 1 else [(1, 8, 16), (1, 4, 32)] if OH > 1 else [(1, 1, 128)])
+    boxes = [box for box in boxes if halo_fits(p, box)] or [box for box in [(1, 4, 16) if OH > 1 else (1, 1, 64)]
+                                                            if halo_fits(p, box)]
     steps = dict.fromkeys((1, p.kernel3[2]))
     block_N = channel_block(p.og, 128)
     launches = []
     for box in boxes:
-        if not halo_fits(p, box):
-            continue
         block_M = math.prod(box)
         for taps in steps:
             for columns in dict.fromkeys((block_N, min(block_N, 64))):

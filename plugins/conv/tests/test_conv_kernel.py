@@ -19,6 +19,7 @@ from npuops_conv.conv_kernel import (
     conv_kernel,
     default_launch,
     halo_fits,
+    halo_launches,
     launch_variants,
     unsupported,
 )
@@ -476,6 +477,20 @@ def test_every_launch_variant_matches_torch(name):
     g, dtype, relu = BY_ID[name]
     for config in launch_variants(Problem(g, dtype, relu)):
         run_and_check(g, dtype, relu, config, seed=1)
+
+
+@pytest.mark.gpu
+@LAYOUTS
+@pytest.mark.parametrize("name", ["3x3-bias-f16", "3x3-bf16-partial-tiles", "strided-dilated-relu", "conv3d-dilated",
+                                  "f32-gemm-tf32"])
+def test_halo_kernel_matches_torch(name, output_layout):
+    """Every halo launch of a geometry (boxes partial at the map's edges, strides, dilations, 3-d,
+    TF32) in both output layouts."""
+    g, dtype, relu = BY_ID[name]
+    launches = halo_launches(Problem(g, dtype, relu))
+    assert launches, name
+    for launch in launches:
+        run_and_check(g, dtype, relu, launch.as_dict(), seed=2, output_layout=output_layout)
 
 
 @pytest.mark.gpu
