@@ -393,6 +393,23 @@ def test_row_tiles_skip_the_taps_whose_windows_lie_in_the_padding():
     assert "skips_padding" not in conv_kernel(BY_ID["3x3-bias-f16"][0], F16).config
 
 
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("columns", [32, 64, 128, 256])
+def test_staged_rows_take_the_fewest_bank_passes(itemsize, columns):
+    """A warp's write of its wgmma accumulator fragment into the row-major staging tile (8 rows,
+    4 threads a row, 2 consecutive elements a thread) touches no bank at more words than the
+    write's size forces: 1 for 16-bit outputs, 2 for fp32 partials (4 to 8 without the padding)."""
+    from npuops_conv.conv_kernel import staging_columns
+
+    def passes(row_bytes):
+        words = {(row * row_bytes + quad * 2 * itemsize) // 4 + w
+                 for row in range(8) for quad in range(4) for w in range(2 * itemsize // 4)}
+        return max(sum(1 for word in words if word % 32 == bank) for bank in range(32))
+
+    assert passes(staging_columns(columns) * itemsize) == 2 * itemsize // 4
+    assert passes(columns * itemsize) >= 4
+
+
 def laid_out(channels_last: torch.Tensor, output_layout: str) -> torch.Tensor:
     """A result [N, *spatial, C] as a kernel of ``output_layout`` returns it, contiguous:
     [N, *spatial, C] or [N, C, *spatial]."""
