@@ -1175,6 +1175,7 @@ def halo_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     sizes = _launch_sizes(p)
     M = sizes["rows"]
     (D, H, W), (OD, OH, OW) = p.in3, p.out3
+    (sD, sH, sW), (dD, dH, dW) = p.stride3, p.dilation3
     hD, hH, hW = halo_extent(p, config.box)
     nD, nH, nW = -(-OD // tD), -(-OH // tH), -(-OW // tW)
     boxes = nD * nH * nW
@@ -1206,8 +1207,8 @@ def halo_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
             C_s = tile((bM, staging_columns(bN, channels_first)), ot)
             n, od0, oh0, ow0 = origin(by)
             for e, c in T.Parallel(hD * hH * hW, Cg):
-                z = (od0 * p.stride3[0] - p.pad3[0] + e // (hH * hW), oh0 * p.stride3[1] - p.pad3[1] + e // hW % hH,
-                     ow0 * p.stride3[2] - p.pad3[2] + e % hW)
+                z = [o * s - pad + u for o, s, pad, u in zip((od0, oh0, ow0), (sD, sH, sW), p.pad3,
+                                                            (e // (hH * hW), e // hW % hH, e % hW), strict=True)]
                 inside = _all([bound for coordinate, size in zip(z, (D, H, W), strict=True)
                                for bound in (coordinate >= 0, coordinate < size)])
                 halo[e, c] = T.if_then_else(inside, X[((n * D + z[0]) * H + z[1]) * W + z[2], c], 0)
@@ -1216,13 +1217,12 @@ def halo_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
                 T.copy(Wt[bx * bN, step * bK], B_s)
                 for i, kk in T.Parallel(bM, bK):
                     kd, kh, kw = _tap(p, step * step_taps + kk // Cg)
-                    (sD, sH, sW), (dD, dH, dW) = p.stride3, p.dilation3
                     A_s[i, kk] = halo[((i // (tH * tW) * sD + kd * dD) * hH + i // tW % tH * sH + kh * dH) * hW
                                       + i % tW * sW + kw * dW, kk % Cg]
                 product(A_s, B_s, acc)
             for i, j in T.Parallel(bM, bN):
                 C_s[i, j] = T.Cast(ot, _epilogue(p, acc[i, j], T.min(bx * bN + j, Og - 1), Bias, XS, WS))
-            if channels_first is not None:
+            if channels_first is not None:  # the store's row_count is the box: box_row maps a tile row
                 store(C_s, Y, 0, bx * bN, by, Og, 0)
             else:
                 for i, j in T.Parallel(bM, bN):
