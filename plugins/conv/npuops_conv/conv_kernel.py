@@ -118,7 +118,9 @@ class ConvLaunch:
     tile's input load runs while the tile before it is multiplied and stored; the weight tile is
     loaded once). The direct kernel uses ``block_M`` positions x ``block_N`` channels and ``threads``.
     The halo kernel's ``block_M`` positions are a box of ``block_M / (box_h * box_w)`` x ``box_h``
-    x ``box_w`` output positions (d, h, w), its ``block_K`` a K step of whole taps."""
+    x ``box_w`` output positions (d, h, w), its ``block_K`` a K step of whole taps;
+    ``warp_specialized`` False builds it without TileLang's producer warpgroup (which takes the
+    registers of a whole SM for one block): several blocks an SM then hide each other's waits."""
 
     kernel: str = "gemm"
     block_M: int = 128
@@ -130,15 +132,19 @@ class ConvLaunch:
     tiles: int = 1
     box_h: int = 0
     box_w: int = 0
+    warp_specialized: bool = True
 
     def as_dict(self) -> dict:
-        """The fields, ``tiles`` only where a block walks several and the box only for the halo
-        kernel (launches recorded and tuned before they existed read the same)."""
+        """The fields, ``tiles`` only where a block walks several, the box only for the halo kernel
+        and ``warp_specialized`` only where False (launches recorded and tuned before they existed
+        read the same)."""
         fields = dataclasses.asdict(self)
         if self.tiles == 1:
             del fields["tiles"]
         if not self.box_w:
             del fields["box_h"], fields["box_w"]
+        if self.warp_specialized:
+            del fields["warp_specialized"]
         return fields
 
     @property
@@ -421,7 +427,7 @@ def halo_launches(p: Problem) -> list[ConvLaunch]:
     """The halo kernel's launch variants: boxes of 128 output positions shaped to the output's
     rank (a 3-d one deep, a 2-d one wide, a 1-d one a run), of 64 where none of those fits (strided
     windows spread far), K steps of one tap and of a row of taps (kW of them), the output channels
-    in one or two column tiles."""
+    in one or two column tiles, and all of them in one column tile without warp specialization."""
     OD, OH, _ = p.out3
     boxes = ([(2, 4, 16), (1, 8, 16)] if OD > 1 else [(1, 8, 16), (1, 4, 32)] if OH > 1 else [(1, 1, 128)])
     boxes = [box for box in boxes if halo_fits(p, box)] or [box for box in [(1, 4, 16) if OH > 1 else (1, 1, 64)]
@@ -436,7 +442,8 @@ def halo_launches(p: Problem) -> list[ConvLaunch]:
                 threads = 256 if block_M * columns >= 64 * 128 else 128
                 launches.append(ConvLaunch("halo", block_M, columns, taps * p.cg, 2, threads, 1,
                                            box_h=box[1], box_w=box[2]))
-    return launches
+    return launches + [dataclasses.replace(launch, warp_specialized=False) for launch in launches
+                       if launch.block_N == block_N]
 
 
 def chosen_launch(p: Problem) -> ConvLaunch:
@@ -595,7 +602,9 @@ def _spec(p: Problem, config: ConvLaunch, prim_func, extra: dict) -> KernelSpec:
 
     returned = ("batch", g.out_channels, *g.out_size) if p.channels_first else ("batch", *g.out_size, g.out_channels)
     return KernelSpec(prim_func, params, outputs, (("output", returned),),
-                      {**config.as_dict(), "output_layout": p.output_layout, **extra}, derived=batch_sizes)
+                      {**config.as_dict(), "output_layout": p.output_layout, **extra},
+                      pass_configs={} if config.warp_specialized else {"tl.disable_warp_specialized": True},
+                      derived=batch_sizes)
 
 
 def _position(p: Problem, m):
