@@ -73,8 +73,8 @@ import torch
 from npuops import KernelSpec, in_order, multiprocessors, tilelang_dtype
 
 from .conv_kernel import (ChannelsFirst, ConvLaunch, Problem, _all, _div, _mod, _source, box_position, channel_block,
-                          gemm_variants, no_empty_split, ordered_sum, prim_func_over, staging_columns, store_partials,
-                          tile_allocator, tile_product, too_large, zero_fill)
+                          gemm_variants, is_one, no_empty_split, ordered_sum, prim_func_over, staging_columns,
+                          store_partials, tile_allocator, tile_product, too_large, zero_fill)
 from .layouts import CHANNELS_LAST
 from .ops._geometry import ConvGeometry
 from .tuned import DGRAD, DGRAD_BIAS, WGRAD, tuned_launch
@@ -420,7 +420,7 @@ def _phase_taps(q: Grad, phase):
     """Taps of ``phase`` (the product of its dims' counts)."""
     total = 1
     for c in _counts(q, phase):
-        if not (isinstance(c, int) and c == 1):
+        if not is_one(c):
             total = total * c
     return total
 

@@ -650,6 +650,11 @@ def _div_at_most(a, b, most: int):
     return quotient
 
 
+def is_one(count) -> bool:
+    """Whether ``count`` (an int, or a TIR expression known only at run time) is 1 at build time."""
+    return isinstance(count, int) and count == 1
+
+
 def box_position(t, counts, most=(None, None, None)):
     """(u_d, u_h, u_w) of the flat index ``t`` (w fastest) in a box of ``counts`` (d, h, w); a
     count known at run time is divided as :func:`_div` does, or where ``most`` bounds it, as
@@ -660,13 +665,10 @@ def box_position(t, counts, most=(None, None, None)):
     def mod(a, count, bound):
         return _mod(a, count) if bound is None or isinstance(count, int) else a - div(a, count, bound) * count
 
-    def one(count):
-        return isinstance(count, int) and count == 1
-
     (c_d, c_h, c_w), (_, most_h, most_w) = counts, most
     rest = div(t, c_w, most_w)  # below c_h where c_d is 1
-    return ((0 if one(c_d) else div(rest, c_h, most_h)), (rest if one(c_d) else mod(rest, c_h, most_h)),
-            (t if one(c_d) and one(c_h) else mod(t, c_w, most_w)))
+    return ((0 if is_one(c_d) else div(rest, c_h, most_h)), (rest if is_one(c_d) else mod(rest, c_h, most_h)),
+            (t if is_one(c_d) and is_one(c_h) else mod(t, c_w, most_w)))
 
 
 def _edges_crossed(p: Problem):
@@ -990,7 +992,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
         firsts, counts = _tile_live_taps(p, row0, bM)
         tiles = tap_tiles
         for count in counts:
-            tiles = tiles * count if not (isinstance(count, int) and count == 1) else tiles
+            tiles = tiles * count if not is_one(count) else tiles
         return firsts, counts, tiles
 
     def live_start(tiles, bz, split_index):
