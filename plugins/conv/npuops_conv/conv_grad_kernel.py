@@ -73,8 +73,8 @@ import torch
 from npuops import KernelSpec, in_order, multiprocessors, tilelang_dtype
 
 from .conv_kernel import (ChannelsFirst, ConvLaunch, Problem, _all, _div, _mod, _source, box_position, channel_block,
-                          gemm_variants, is_one, no_empty_split, ordered_sum, prim_func_over, staging_columns,
-                          store_partials, tile_allocator, tile_product, too_large, zero_fill)
+                          gemm_variants, is_one, no_empty_split, ordered_sum, prim_func_over, staged_store,
+                          staging_columns, store_partials, tile_allocator, tile_product, too_large, zero_fill)
 from .layouts import CHANNELS_LAST
 from .ops._geometry import ConvGeometry
 from .tuned import DGRAD, DGRAD_BIAS, WGRAD, tuned_launch
@@ -533,9 +533,9 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
     # Split-K runs at stride 1, where the phase rows are the input's: the sum stores them as they are.
     reduce = ordered_sum(splits, rows, C_in, lambda total, c, Bias, _, __: T.Cast(dt, _bias_add(q, total, c, Bias)),
                          q.channels_first)
-    # Channels first: each phase row to its input position (rows past the input left out), the
-    # store's row_count being the phase.
-    store = q.channels_first.store(bM, bN, partial(_dx_row, q)) if q.channels_first else None
+    # Each phase row to its input position (rows past the input left out), in either layout: the
+    # store's row_count is the phase.
+    store = staged_store(bM, bN, q.channels_first, partial(_dx_row, q))
     # Split-K blocks stage fp32 partials for the channels-last workspace; the others, the output.
     staged_columns = staging_columns(bN, None if split else q.channels_first)
 
@@ -603,12 +603,7 @@ def _dgrad_gemm(q: Grad, config: ConvLaunch, names, emulate_gemm: bool = False) 
             else:
                 for i, j in T.Parallel(bM, bN):
                     C_s[i, j] = T.Cast(dt, _bias_add(q, acc[i, j], _group(bz) * Cg + T.min(bx * bN + j, Cg - 1), Bias))
-                if store is not None:
-                    store(C_s, Y, by * bM, bx * bN, _phase(bz), Cg, _group(bz) * Cg)
-                else:
-                    for i, j in T.Parallel(bM, bN):
-                        if _dx_row(q, by * bM + i, _phase(bz))[0] and bx * bN + j < Cg:
-                            Y[_dx_row(q, by * bM + i, _phase(bz))[1], _group(bz) * Cg + bx * bN + j] = C_s[i, j]
+                store(C_s, Y, by * bM, bx * bN, _phase(bz), Cg, _group(bz) * Cg)
         if split:
             reduce(Work, Y, Bias, None, None)
 

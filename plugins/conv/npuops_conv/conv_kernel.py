@@ -920,6 +920,32 @@ def staging_columns(columns: int, channels_first: ChannelsFirst | None = None) -
     return channels_first.columns(columns) if channels_first else columns + 8
 
 
+def staged_store(tile_rows: int, channels: int, channels_first: ChannelsFirst | None, output_row=None):
+    """A macro ``store(tile, Y, row0, col0, rows, col_count, first_col)``: a block's outputs staged
+    in ``tile`` (tile_rows x channels, :func:`staging_columns` wide) into ``Y``: channels first,
+    :meth:`ChannelsFirst.store`'s (``rows`` its ``row_count``); channels last, along each output
+    row, tile row ``i`` to the row ``output_row(row0 + i, rows)`` names (by default ``(row < rows,
+    row)``), column ``j`` to channel ``first_col + col0 + j`` where ``col0 + j < col_count``."""
+    import tilelang.language as T
+
+    if channels_first is not None:
+        return channels_first.store(tile_rows, channels, output_row)
+    if output_row is None:
+        def output_row(row, rows):
+            return row < rows, row
+
+    # The parameter is named ``rows`` as the GEMM's run-time row count is: a macro renames a size
+    # variable passed to it after its parameter, and the kernel's signature would change with it.
+    @T.macro
+    def store(tile, Y, row0, col0, rows, col_count, first_col):
+        for i, j in T.Parallel(tile_rows, channels):
+            target = output_row(row0 + i, rows)  # one name: unpacked, each half would be let-bound
+            if target[0] and col0 + j < col_count:
+                Y[target[1], first_col + col0 + j] = tile[i, j]
+
+    return store
+
+
 def store_partials():
     """A macro ``store(acc, C_s, Work, split, row0, col0, rows, cols)``: a split-K block's fp32
     tile (through ``C_s``, :func:`staging_columns` wide) into its split's slice of the workspace,
@@ -974,7 +1000,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
     reduce = ordered_sum(splits, M, C_out, finish, channels_first)
     # Split-K blocks stage fp32 partials for the channels-last workspace; the others, the output.
     staged_columns = staging_columns(bN, None if split else channels_first)
-    store = channels_first.store(bM, bN) if channels_first else None
+    store = staged_store(bM, bN, channels_first)
     # Rows and channels past the input's edge read as zeros in a copied A tile. The 1x1 rows ran
     # 0.73-0.86x of cuDNN on the H100 with the gather.
     rows_are_a = p.input_is_a
@@ -1049,12 +1075,7 @@ def gemm_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
         for i, j in T.Parallel(bM, bN):
             C_s[i, j] = T.Cast(ot, _epilogue(p, acc[i, j], _group(bz) * Og + T.min(bx * bN + j, Og - 1),
                                              Bias, XS, WS))
-        if channels_first is not None:
-            store(C_s, Y, row0, bx * bN, M, Og, _group(bz) * Og)
-        else:
-            for i, j in T.Parallel(bM, bN):
-                if row0 + i < M and bx * bN + j < Og:
-                    Y[row0 + i, _group(bz) * Og + bx * bN + j] = C_s[i, j]
+        store(C_s, Y, row0, bx * bN, M, Og, _group(bz) * Og)
 
     @T.macro
     def body(X, Wt, Bias, XS, WS, Y, Work):
@@ -1206,7 +1227,7 @@ def halo_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
         return _all([od < OD if OD % tD else True, oh < OH if OH % tH else True, ow < OW if OW % tW else True]), \
             ((n * OD + od) * OH + oh) * OW + ow
 
-    store = channels_first.store(bM, bN, box_row) if channels_first else None
+    store = staged_store(bM, bN, channels_first, box_row)
 
     @T.macro
     def body(X, Wt, Bias, XS, WS, Y, Work):
@@ -1233,12 +1254,7 @@ def halo_kernel(p: Problem, config: ConvLaunch, portable: bool = False) -> Kerne
                 product(A_s, B_s, acc)
             for i, j in T.Parallel(bM, bN):
                 C_s[i, j] = T.Cast(ot, _epilogue(p, acc[i, j], T.min(bx * bN + j, Og - 1), Bias, XS, WS))
-            if channels_first is not None:  # the store's row_count is the box: box_row maps a tile row
-                store(C_s, Y, 0, bx * bN, by, Og, 0)
-            else:
-                for i, j in T.Parallel(bM, bN):
-                    if box_row(i, by)[0] and bx * bN + j < Og:
-                        Y[box_row(i, by)[1], bx * bN + j] = C_s[i, j]
+            store(C_s, Y, 0, bx * bN, by, Og, 0)  # row_count: the box, which box_row maps a tile row in
 
     return _spec(p, config, _prim_func(p, config, body, sizes), {})
 
